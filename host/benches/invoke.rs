@@ -1,0 +1,185 @@
+//! Warm invocation of `processRefund` against the floor, in one run.
+//!
+//! Floor: the `noop` test guest — instantiate from its `InstancePre`, call an
+//! export that returns at once. Measured: `processRefund`'s steps (two tool
+//! calls, argument validation, JSON both ways) with tools that return fixed
+//! JSON from memory, so the ratio isolates the host. `inquireOrderStatus`
+//! (two read calls) on the SQLite demo tools is printed beside it as the
+//! end-to-end figure.
+//!
+//! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
+//! sample count).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent, ToolDispatch};
+use skillhost::tools::demo::{self, DemoDb};
+use skillhost::tools::{Tool, ToolError, ToolRegistry, ToolSpec};
+
+/// A demo tool's spec with a canned answer: the host's work without SQLite.
+struct FixedTool {
+    spec: ToolSpec,
+    response: Value,
+}
+
+#[async_trait]
+impl Tool for FixedTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+        Ok(self.response.clone())
+    }
+}
+
+fn fixed_tools(demo: &ToolRegistry) -> ToolRegistry {
+    let responses = [
+        (
+            "queryOrder",
+            json!({"orderId": "88231", "product": "Bit S10 Pro robot vacuum", "amount": 2999.0,
+                   "status": "delivered", "trackingNo": "SF1234567890", "createdAt": "2026-06-18"}),
+        ),
+        (
+            "applyRefund",
+            json!({"success": true, "refundId": "RF20260629001", "orderId": "88231",
+                   "amount": 2999.0, "estimatedArrival": "1-3 business days"}),
+        ),
+    ];
+    let mut registry = ToolRegistry::new();
+    for (name, response) in responses {
+        let spec = demo.get(name).expect("demo tool exists").spec().clone();
+        registry
+            .register(Arc::new(FixedTool { spec, response }))
+            .expect("registering a fixed tool");
+    }
+    registry
+}
+
+struct Sample {
+    label: &'static str,
+    p50: Duration,
+    p99: Duration,
+}
+
+async fn measure(
+    label: &'static str,
+    iterations: usize,
+    skill: &SkillComponent,
+    input: &Value,
+    tools: &Arc<dyn ToolDispatch>,
+) -> Sample {
+    for _ in 0..iterations / 10 {
+        skill
+            .run(input, tools.clone())
+            .await
+            .expect("warm-up invocation");
+    }
+    let mut times = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        skill.run(input, tools.clone()).await.expect("invocation");
+        times.push(started.elapsed());
+    }
+    times.sort();
+    Sample {
+        label,
+        p50: times[iterations / 2],
+        p99: times[iterations * 99 / 100],
+    }
+}
+
+async fn load(runtime: &Runtime, tools: &ToolRegistry, path: &Path) -> SkillComponent {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    SkillComponent::load(runtime, bytes, tools)
+        .await
+        .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()))
+}
+
+fn main() {
+    let iterations: usize = std::env::var("BENCH_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root");
+    // One worker thread, as a gateway request handler would run it.
+    let executor = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    executor.block_on(async {
+        let runtime = Runtime::new(RuntimeConfig::default()).expect("runtime");
+        let db = Arc::new(DemoDb::in_memory().expect("demo db"));
+        let mut demo_tools = ToolRegistry::new();
+        demo::register_all(&mut demo_tools, db).expect("demo tools");
+        let demo_tools = Arc::new(demo_tools);
+        let fixed: Arc<dyn ToolDispatch> = Arc::new(fixed_tools(&demo_tools));
+
+        let noop = load(
+            &runtime,
+            &demo_tools,
+            &root.join("tests/fixtures/noop.wasm"),
+        )
+        .await;
+        let refund = load(
+            &runtime,
+            &demo_tools,
+            &root.join("skills/processRefund.wasm"),
+        )
+        .await;
+        let input = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+
+        let floor = measure(
+            "floor: noop guest (instantiate + empty export)",
+            iterations,
+            &noop,
+            &json!({}),
+            &fixed,
+        )
+        .await;
+        let steps = measure(
+            "processRefund steps, fixed in-memory tools",
+            iterations,
+            &refund,
+            &input,
+            &fixed,
+        )
+        .await;
+        // A refund writes once and is then refused, so the end-to-end
+        // figure uses the other two-call skill, whose calls only read.
+        let inquire = load(
+            &runtime,
+            &demo_tools,
+            &root.join("skills/inquireOrderStatus.wasm"),
+        )
+        .await;
+        let demo_dispatch: Arc<dyn ToolDispatch> = demo_tools.clone();
+        let end_to_end = measure(
+            "inquireOrderStatus steps, SQLite demo tools",
+            iterations,
+            &inquire,
+            &json!({"orderId": "88231"}),
+            &demo_dispatch,
+        )
+        .await;
+
+        println!("warm invocation, {iterations} samples each");
+        println!("{:<52} {:>10} {:>10} {:>8}", "", "p50", "p99", "p50/floor");
+        for sample in [&floor, &steps, &end_to_end] {
+            println!(
+                "{:<52} {:>8.1}µs {:>8.1}µs {:>8.2}x",
+                sample.label,
+                sample.p50.as_secs_f64() * 1e6,
+                sample.p99.as_secs_f64() * 1e6,
+                sample.p50.as_secs_f64() / floor.p50.as_secs_f64()
+            );
+        }
+    });
+}

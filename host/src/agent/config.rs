@@ -1,0 +1,152 @@
+//! How the agent behaves. Every default is set and documented here.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::catalog::DisclosureConfig;
+use crate::tools::{Access, ToolSpec};
+
+/// The main agent's system prompt when a request brings none. Deliberately
+/// generic: embedders put their domain in [`AgentConfig::system_prompt`].
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the functions you are \
+    offered to act on the user's behalf; skills are functions that carry out a whole procedure, \
+    so prefer a skill to calling its tools one by one. When a function reports an error or that \
+    the user declined it, explain the outcome to the user instead of retrying. Answer in the \
+    user's language.";
+
+/// Settings of an [`Agent`](super::Agent).
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The main agent's system prompt, used when a request does not start
+    /// with a system message. Default: [`DEFAULT_SYSTEM_PROMPT`].
+    pub system_prompt: String,
+    /// LLM rounds the main agent may take in one run; a run that needs more
+    /// ends with [`AgentError::RoundLimit`](super::AgentError::RoundLimit).
+    /// Default: 10 (issue 4) — the articles' flows take 2 or 3.
+    pub max_rounds: u32,
+    /// LLM rounds a skill's sub-agent may take in one invocation; a skill
+    /// that needs more fails, and the main agent is told. Default: 5
+    /// (article 003's scoped sub-agent).
+    pub skill_max_rounds: u32,
+    /// How many identical calls (same function, same arguments up to key
+    /// order) one loop may make. The call that reaches this number is not
+    /// executed; the model is told it repeats itself. One more ends the loop
+    /// with [`AgentError::RepeatedCall`](super::AgentError::RepeatedCall).
+    /// Default: 3 — two identical calls can be a legitimate re-check, a
+    /// third is a model going in circles.
+    pub max_identical_calls: u32,
+    /// Context budget in estimated tokens (see [`super::tokens`]): the
+    /// messages plus the round's function list. Over it, the oldest turns
+    /// are evicted before the round (see [`Transcript::compact`]).
+    /// Default: 32,000 — within every context window the client targets,
+    /// with room left for the answer.
+    ///
+    /// [`Transcript::compact`]: super::Transcript::compact
+    pub context_budget: usize,
+    /// Run a skill's deterministic steps when it has them. `false` sends
+    /// every skill down the LLM-driven path (to compare the two, or when the
+    /// steps are distrusted). Default: true.
+    pub use_steps: bool,
+    /// What the main agent is offered.
+    pub disclosure: DisclosureConfig,
+    /// Which calls need a person's approval.
+    pub confirmation: ConfirmationPolicy,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            max_rounds: 10,
+            skill_max_rounds: 5,
+            max_identical_calls: 3,
+            context_budget: 32_000,
+            use_steps: true,
+            disclosure: DisclosureConfig::default(),
+            confirmation: ConfirmationPolicy::default(),
+        }
+    }
+}
+
+/// Which tool calls wait for a person's approval, and for how long.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfirmationPolicy {
+    /// Whether write tools ([`Access::Write`]) need approval. Default: true
+    /// (fail closed: a write runs unattended only when configured so).
+    pub require_for_writes: bool,
+    /// Per-tool exceptions: `true` always asks (even for a read), `false`
+    /// never asks (auto-approve). Default: none.
+    pub overrides: BTreeMap<String, bool>,
+    /// How long a pending confirmation waits. An unanswered confirmation
+    /// expires and counts as a rejection. Default: 10 minutes — long enough
+    /// for a person to read a confirmation card, short enough that an
+    /// abandoned run does not hold its resources for long.
+    pub expiry: Duration,
+}
+
+impl Default for ConfirmationPolicy {
+    fn default() -> Self {
+        Self {
+            require_for_writes: true,
+            overrides: BTreeMap::new(),
+            expiry: Duration::from_secs(600),
+        }
+    }
+}
+
+impl ConfirmationPolicy {
+    /// A policy that never asks: every call runs unattended.
+    pub fn never() -> Self {
+        Self {
+            require_for_writes: false,
+            ..Self::default()
+        }
+    }
+
+    /// Lets `tool` run without approval.
+    pub fn auto_approve(mut self, tool: impl Into<String>) -> Self {
+        self.overrides.insert(tool.into(), false);
+        self
+    }
+
+    /// Makes `tool` always ask, even when it only reads.
+    pub fn always_ask(mut self, tool: impl Into<String>) -> Self {
+        self.overrides.insert(tool.into(), true);
+        self
+    }
+
+    /// Whether a call to the tool `spec` needs approval.
+    pub fn requires(&self, spec: &ToolSpec) -> bool {
+        self.overrides
+            .get(&spec.name)
+            .copied()
+            .unwrap_or(self.require_for_writes && spec.access == Access::Write)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(name: &str, access: Access) -> ToolSpec {
+        ToolSpec {
+            name: name.to_owned(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+            access,
+        }
+    }
+
+    #[test]
+    fn writes_ask_by_default_and_overrides_win() {
+        let policy = ConfirmationPolicy::default();
+        assert!(policy.requires(&spec("applyRefund", Access::Write)));
+        assert!(!policy.requires(&spec("queryOrder", Access::Read)));
+        let policy = policy.auto_approve("applyRefund").always_ask("queryOrder");
+        assert!(!policy.requires(&spec("applyRefund", Access::Write)));
+        assert!(policy.requires(&spec("queryOrder", Access::Read)));
+        assert!(!ConfirmationPolicy::never().requires(&spec("applyRefund", Access::Write)));
+    }
+}

@@ -1,0 +1,321 @@
+//! Pending confirmations of write tools, shared by every run of an agent.
+//!
+//! A run that reaches a call needing approval opens a confirmation here and
+//! waits at the call site — in the main loop, in a sub-agent, or inside a
+//! skill's `call-tool`, so the guest simply waits (time in tools does not
+//! count against its CPU limit). Whoever watches the run sees
+//! [`AgentEvent::ConfirmationPending`](super::AgentEvent::ConfirmationPending)
+//! and answers by id with [`Confirmations::approve`] or
+//! [`Confirmations::reject`], possibly from another task or another HTTP
+//! request: the run outlives the request that started it.
+//!
+//! The arguments stay with the run; an answer carries only the id, so the
+//! approver cannot change what runs. A confirmation nobody answers expires
+//! after [`ConfirmationPolicy::expiry`](super::ConfirmationPolicy::expiry)
+//! and counts as a rejection. A run that is dropped withdraws its
+//! confirmations.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::events::{Caller, Declined, Resolution};
+pub use super::ids::ConfirmationId;
+use super::ids::RunId;
+
+/// A call waiting for a person's approval.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PendingConfirmation {
+    /// What to answer with.
+    pub id: ConfirmationId,
+    /// The run that waits.
+    pub run: RunId,
+    /// Who made the call: the main agent or a skill.
+    pub caller: Caller,
+    /// The tool to run.
+    pub tool: String,
+    /// The arguments it will run with, exactly (already validated).
+    pub arguments: Value,
+    /// One line for a person, e.g. `applyRefund: orderId '88231', reason 'broken'`.
+    pub summary: String,
+    /// When it expires unanswered (an HTTP date when serialized).
+    #[serde(serialize_with = "http_date")]
+    pub expires_at: SystemTime,
+}
+
+/// Why an answer was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfirmError {
+    /// No confirmation with this id is waiting.
+    #[error("no pending confirmation `{0}`: it is unknown, already answered or expired")]
+    NotPending(String),
+}
+
+/// A person's answer.
+enum Answer {
+    Approve,
+    Reject(Option<String>),
+}
+
+struct Slot {
+    pending: PendingConfirmation,
+    answer: oneshot::Sender<Answer>,
+}
+
+/// The pending confirmations of all runs of one agent. Cheap to clone;
+/// clones share the same confirmations.
+#[derive(Clone, Default)]
+pub struct Confirmations {
+    slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
+}
+
+impl Confirmations {
+    /// Approves `id`: the call runs with the arguments shown. Returns what
+    /// was approved.
+    pub fn approve(&self, id: &str) -> Result<PendingConfirmation, ConfirmError> {
+        self.answer(id, Answer::Approve)
+    }
+
+    /// Rejects `id`: the call does not run and the model is told, with
+    /// `reason` if given.
+    pub fn reject(
+        &self,
+        id: &str,
+        reason: Option<String>,
+    ) -> Result<PendingConfirmation, ConfirmError> {
+        self.answer(id, Answer::Reject(reason))
+    }
+
+    /// The confirmation `id`, if it is waiting.
+    pub fn get(&self, id: &str) -> Option<PendingConfirmation> {
+        self.lock().get(id).map(|slot| slot.pending.clone())
+    }
+
+    /// Every waiting confirmation, soonest to expire first.
+    pub fn pending(&self) -> Vec<PendingConfirmation> {
+        let mut pending: Vec<_> = self
+            .lock()
+            .values()
+            .map(|slot| slot.pending.clone())
+            .collect();
+        pending.sort_by_key(|pending| pending.expires_at);
+        pending
+    }
+
+    fn answer(&self, id: &str, answer: Answer) -> Result<PendingConfirmation, ConfirmError> {
+        let slot = self
+            .lock()
+            .remove(id)
+            .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
+        // A closed receiver means the run is gone: nothing was approved.
+        slot.answer
+            .send(answer)
+            .map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
+        Ok(slot.pending)
+    }
+
+    /// Opens a confirmation for a call; the returned ticket waits for the
+    /// answer.
+    pub(super) fn open(
+        &self,
+        run: RunId,
+        caller: Caller,
+        tool: &str,
+        arguments: Value,
+        expiry: Duration,
+    ) -> Ticket {
+        let id = ConfirmationId::random();
+        let pending = PendingConfirmation {
+            id: id.clone(),
+            run,
+            caller,
+            tool: tool.to_owned(),
+            summary: summarize(tool, &arguments),
+            arguments,
+            expires_at: SystemTime::now() + expiry,
+        };
+        let (answer, receiver) = oneshot::channel();
+        self.lock().insert(
+            id.clone(),
+            Slot {
+                pending: pending.clone(),
+                answer,
+            },
+        );
+        Ticket {
+            store: self.clone(),
+            pending,
+            receiver,
+            expiry,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<ConfirmationId, Slot>> {
+        // The map is consistent after every statement; a panic elsewhere
+        // cannot leave it half-updated.
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A run's claim on one open confirmation. Dropping it withdraws the
+/// confirmation.
+pub(super) struct Ticket {
+    store: Confirmations,
+    pending: PendingConfirmation,
+    receiver: oneshot::Receiver<Answer>,
+    expiry: Duration,
+}
+
+impl Ticket {
+    /// The confirmation as shown to the person.
+    pub(super) fn pending(&self) -> &PendingConfirmation {
+        &self.pending
+    }
+
+    /// Waits for the answer, or the expiry.
+    pub(super) async fn resolution(mut self) -> Resolution {
+        let answer = match tokio::time::timeout(self.expiry, &mut self.receiver).await {
+            Ok(answer) => answer.ok(),
+            // Withdraw it; an answer that arrived in the meantime still counts.
+            Err(_elapsed) => match self.store.lock().remove(&self.pending.id) {
+                Some(_) => None,
+                None => self.receiver.try_recv().ok(),
+            },
+        };
+        match answer {
+            Some(Answer::Approve) => Resolution::Approved,
+            Some(Answer::Reject(reason)) => Resolution::Declined(Declined::Rejected { reason }),
+            // Unanswered (or the store dropped the slot): never runs.
+            None => Resolution::Declined(Declined::Expired { after: self.expiry }),
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.store.lock().remove(&self.pending.id);
+    }
+}
+
+/// Characters of one argument value shown in a summary.
+const SUMMARY_VALUE_CHARS: usize = 80;
+
+/// One line for a person: `tool: field 'text', count 2`.
+fn summarize(tool: &str, arguments: &Value) -> String {
+    let fields = match arguments {
+        Value::Object(fields) if fields.is_empty() => return tool.to_owned(),
+        Value::Object(fields) => fields,
+        other => return format!("{tool}: {}", clip(&other.to_string())),
+    };
+    let shown: Vec<String> = fields
+        .iter()
+        .map(|(name, value)| match value {
+            Value::String(text) => format!("{name} '{}'", clip(text)),
+            other => format!("{name} {}", clip(&other.to_string())),
+        })
+        .collect();
+    format!("{tool}: {}", shown.join(", "))
+}
+
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(SUMMARY_VALUE_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+fn http_date<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&httpdate::fmt_http_date(*time))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn open(store: &Confirmations, expiry: Duration) -> Ticket {
+        store.open(
+            RunId::random(),
+            Caller::Main,
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+            expiry,
+        )
+    }
+
+    #[test]
+    fn summaries_are_one_readable_line() {
+        assert_eq!(
+            summarize(
+                "applyRefund",
+                &json!({"orderId": "88231", "reason": "broken"})
+            ),
+            "applyRefund: orderId '88231', reason 'broken'"
+        );
+        assert_eq!(summarize("pay_order", &json!({})), "pay_order");
+        assert_eq!(
+            summarize("update_cart_item", &json!({"quantity": 2})),
+            "update_cart_item: quantity 2"
+        );
+        assert!(summarize("t", &json!({"a": "x".repeat(200)})).ends_with("…'"));
+    }
+
+    #[tokio::test]
+    async fn approve_resolves_once_and_removes_the_confirmation() {
+        let store = Confirmations::default();
+        let ticket = open(&store, Duration::from_secs(60));
+        let id = ticket.pending().id.clone();
+        assert_eq!(store.pending().len(), 1);
+        let approved = store.approve(id.as_str()).unwrap();
+        assert_eq!(approved.arguments["orderId"], "88231");
+        assert_eq!(ticket.resolution().await, Resolution::Approved);
+        assert!(store.pending().is_empty());
+        assert_eq!(
+            store.approve(id.as_str()),
+            Err(ConfirmError::NotPending(id.to_string()))
+        );
+    }
+
+    #[tokio::test]
+    async fn reject_carries_the_reason() {
+        let store = Confirmations::default();
+        let ticket = open(&store, Duration::from_secs(60));
+        store
+            .reject(ticket.pending().id.as_str(), Some("wrong order".into()))
+            .unwrap();
+        assert_eq!(
+            ticket.resolution().await,
+            Resolution::Declined(Declined::Rejected {
+                reason: Some("wrong order".into())
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn unanswered_confirmations_expire_and_cannot_be_answered_late() {
+        let store = Confirmations::default();
+        let ticket = open(&store, Duration::from_millis(20));
+        let id = ticket.pending().id.clone();
+        assert_eq!(
+            ticket.resolution().await,
+            Resolution::Declined(Declined::Expired {
+                after: Duration::from_millis(20)
+            })
+        );
+        assert!(store.approve(id.as_str()).is_err());
+    }
+
+    #[test]
+    fn a_dropped_run_withdraws_its_confirmation() {
+        let store = Confirmations::default();
+        let ticket = open(&store, Duration::from_secs(60));
+        let id = ticket.pending().id.clone();
+        drop(ticket);
+        assert!(store.get(id.as_str()).is_none());
+    }
+}

@@ -1,0 +1,461 @@
+//! Server-sent events: bytes → lines → an assembled [`ChatResponse`].
+//!
+//! [`LineDecoder`] splits the body into lines whatever the network chunking
+//! (LF or CRLF endings). [`StreamAssembler`] reads `data:` lines as
+//! `chat.completion.chunk` objects and assembles the assistant message: text
+//! deltas are concatenated; tool-call fragments are merged by their `index`
+//! (id and name in the first fragment, arguments as string pieces across
+//! chunks); the usage chunk that `stream_options.include_usage` asks for
+//! (empty `choices`) is recorded; `data: [DONE]` ends the stream.
+//!
+//! Each `data:` line is taken as one complete event instead of joining
+//! multi-line `data:` fields until a blank line: OpenAI-compatible servers
+//! always put one JSON object on one line, and some omit the blank separator
+//! lines, which line-per-event handling tolerates.
+
+use std::collections::BTreeMap;
+
+use super::types::{
+    AssistantMessage, ChatResponse, FinishReason, ToolCall, Usage, WireChunk, WireToolCallDelta,
+};
+use super::{LlmError, api_error, snippet};
+
+/// Longest line accepted. A server that sends more without a newline is
+/// broken (a chunk is a few hundred bytes), and buffering it would only eat
+/// memory. 8 MiB.
+const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Splits a byte stream into lines, across chunk boundaries.
+#[derive(Debug, Default)]
+pub(super) struct LineDecoder {
+    pending: Vec<u8>,
+}
+
+impl LineDecoder {
+    /// Adds bytes; returns the lines they complete, without line endings.
+    pub(super) fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, LlmError> {
+        let mut lines = Vec::new();
+        let mut rest = bytes;
+        while let Some(newline) = rest.iter().position(|&b| b == b'\n') {
+            self.pending.extend_from_slice(&rest[..newline]);
+            rest = &rest[newline + 1..];
+            lines.push(self.take_line());
+        }
+        self.pending.extend_from_slice(rest);
+        if self.pending.len() > MAX_LINE_BYTES {
+            return Err(LlmError::MalformedResponse {
+                reason: format!("a stream line exceeds {MAX_LINE_BYTES} bytes"),
+                snippet: snippet(&String::from_utf8_lossy(&self.pending[..200])),
+            });
+        }
+        Ok(lines)
+    }
+
+    /// The last line, if the body did not end with a newline.
+    pub(super) fn finish(mut self) -> Option<String> {
+        (!self.pending.is_empty()).then(|| self.take_line())
+    }
+
+    fn take_line(&mut self) -> String {
+        if self.pending.last() == Some(&b'\r') {
+            self.pending.pop();
+        }
+        let line = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending.clear();
+        line
+    }
+}
+
+/// A tool call being assembled from fragments.
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Assembles streamed chunks into one [`ChatResponse`].
+#[derive(Debug, Default)]
+pub(super) struct StreamAssembler {
+    id: Option<String>,
+    model: Option<String>,
+    content: String,
+    calls: BTreeMap<u32, PartialCall>,
+    finish_reason: Option<FinishReason>,
+    usage: Option<Usage>,
+    chunks: usize,
+    done: bool,
+}
+
+impl StreamAssembler {
+    /// Feeds one line of the stream. Returns the content delta it carried,
+    /// if any, for forwarding. Lines after `[DONE]` are ignored.
+    ///
+    /// Comments (`:keep-alive`), blank lines and non-`data` fields (`event:`,
+    /// `id:`, `retry:`, or any garbage without a colon) are skipped as the
+    /// SSE spec says. A `data:` line that is not a JSON chunk is an error:
+    /// the stream is corrupt and the assembled message could be wrong.
+    pub(super) fn feed_line(&mut self, line: &str) -> Result<Option<String>, LlmError> {
+        if self.done {
+            return Ok(None);
+        }
+        let Some(data) = line.strip_prefix("data:") else {
+            return Ok(None);
+        };
+        let data = data.strip_prefix(' ').unwrap_or(data).trim_end();
+        if data.is_empty() {
+            return Ok(None);
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(None);
+        }
+        let chunk: WireChunk =
+            serde_json::from_str(data).map_err(|e| LlmError::MalformedResponse {
+                reason: format!("a stream chunk is not a valid chat.completion.chunk: {e}"),
+                snippet: snippet(data),
+            })?;
+        self.apply(chunk)
+    }
+
+    /// Whether `data: [DONE]` was seen.
+    pub(super) fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn apply(&mut self, chunk: WireChunk) -> Result<Option<String>, LlmError> {
+        if let Some(error) = chunk.error {
+            return Err(api_error(&error));
+        }
+        self.chunks += 1;
+        if self.id.is_none() {
+            self.id = chunk.id;
+        }
+        if self.model.is_none() {
+            self.model = chunk.model;
+        }
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        let mut delta_text = None;
+        // Only the first choice is assembled; the client never asks for n > 1.
+        for choice in chunk.choices.unwrap_or_default() {
+            if choice.index != 0 {
+                continue;
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+            let Some(delta) = choice.delta else { continue };
+            if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
+                self.content.push_str(&text);
+                delta_text = Some(text);
+            }
+            for fragment in delta.tool_calls.unwrap_or_default() {
+                self.merge(fragment);
+            }
+        }
+        Ok(delta_text)
+    }
+
+    /// Merges a tool-call fragment into the call with the same `index`.
+    ///
+    /// A fragment without an index (some servers send each call whole and
+    /// unindexed) opens a new call when it carries an id not seen yet, and
+    /// otherwise continues the last call.
+    fn merge(&mut self, fragment: WireToolCallDelta) {
+        let index = fragment.index.unwrap_or_else(|| {
+            let last = self.calls.last_key_value();
+            match (&fragment.id, last) {
+                (Some(id), Some((&index, call))) if !id.is_empty() && *id != call.id => index + 1,
+                (_, Some((&index, _))) => index,
+                (_, None) => 0,
+            }
+        });
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
+            call.id = id;
+        }
+        let Some(function) = fragment.function else {
+            return;
+        };
+        if let Some(name) = function.name.filter(|name| !name.is_empty()) {
+            // The name arrives whole in the first fragment; a server that
+            // repeats it must not double it.
+            if call.name.is_empty() {
+                call.name = name;
+            } else if call.name != name {
+                call.name.push_str(&name);
+            }
+        }
+        if let Some(arguments) = function.arguments {
+            call.arguments.push_str(&arguments);
+        }
+    }
+
+    /// The assembled response. A stream that ended without `[DONE]` is
+    /// accepted when a finish reason was seen (some servers stop there);
+    /// otherwise it was cut off and is an error.
+    pub(super) fn finish(self) -> Result<ChatResponse, LlmError> {
+        if !self.done && self.finish_reason.is_none() {
+            return Err(LlmError::MalformedResponse {
+                reason: format!(
+                    "the stream ended after {} chunk(s) without a finish reason or [DONE]",
+                    self.chunks
+                ),
+                snippet: snippet(&self.content),
+            });
+        }
+        let tool_calls = self
+            .calls
+            .into_values()
+            .map(|call| ToolCall::new(call.id, call.name, call.arguments))
+            .collect();
+        Ok(ChatResponse {
+            message: AssistantMessage {
+                content: Some(self.content),
+                tool_calls,
+            },
+            finish_reason: self.finish_reason,
+            usage: self.usage,
+            model: self.model,
+            id: self.id,
+        }
+        .normalized())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Feeds a whole SSE body, split into chunks of `chunk_size` bytes, and
+    /// returns the forwarded deltas and the response.
+    fn run(body: &str, chunk_size: usize) -> (Vec<String>, Result<ChatResponse, LlmError>) {
+        let mut deltas = Vec::new();
+        let response = run_into(body, chunk_size, &mut deltas);
+        (deltas, response)
+    }
+
+    fn run_into(
+        body: &str,
+        chunk_size: usize,
+        deltas: &mut Vec<String>,
+    ) -> Result<ChatResponse, LlmError> {
+        let mut decoder = LineDecoder::default();
+        let mut assembler = StreamAssembler::default();
+        for chunk in body.as_bytes().chunks(chunk_size) {
+            for line in decoder.push(chunk)? {
+                deltas.extend(assembler.feed_line(&line)?);
+            }
+        }
+        if let Some(line) = decoder.finish() {
+            deltas.extend(assembler.feed_line(&line)?);
+        }
+        assembler.finish()
+    }
+
+    fn sse(events: &[serde_json::Value]) -> String {
+        let mut body: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        body.push_str("data: [DONE]\n\n");
+        body
+    }
+
+    fn tool_delta(
+        index: u32,
+        id: Option<&str>,
+        name: Option<&str>,
+        args: &str,
+    ) -> serde_json::Value {
+        let mut function = json!({"arguments": args});
+        if let Some(name) = name {
+            function["name"] = json!(name);
+        }
+        let mut call = json!({"index": index, "function": function});
+        if let Some(id) = id {
+            call["id"] = json!(id);
+            call["type"] = json!("function");
+        }
+        json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": null}]})
+    }
+
+    fn finish(reason: &str) -> serde_json::Value {
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]})
+    }
+
+    #[test]
+    fn text_deltas_are_forwarded_and_concatenated_across_any_chunking() {
+        let body = sse(&[
+            json!({"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "lo 世界"}}]}),
+            finish("stop"),
+        ]);
+        for chunk_size in [1, 3, 7, body.len()] {
+            let (deltas, response) = run(&body, chunk_size);
+            let response = response.unwrap();
+            assert_eq!(deltas, ["Hel", "lo 世界"], "chunk size {chunk_size}");
+            assert_eq!(response.message.content.as_deref(), Some("Hello 世界"));
+            assert_eq!(response.finish_reason, Some(FinishReason::Stop));
+            assert_eq!(response.id.as_deref(), Some("c1"));
+            assert_eq!(response.model.as_deref(), Some("m"));
+            assert!(response.message.tool_calls.is_empty());
+        }
+    }
+
+    #[test]
+    fn tool_call_arguments_are_assembled_from_fragments() {
+        let body = sse(&[
+            tool_delta(0, Some("call_a"), Some("queryOrder"), ""),
+            tool_delta(0, None, None, "{\"order"),
+            tool_delta(0, None, None, "Id\": \"882"),
+            tool_delta(0, None, None, "31\"}"),
+            finish("tool_calls"),
+        ]);
+        let (deltas, response) = run(&body, 5);
+        let response = response.unwrap();
+        assert!(deltas.is_empty());
+        assert_eq!(response.message.content, None);
+        assert_eq!(response.finish_reason, Some(FinishReason::ToolCalls));
+        assert_eq!(
+            response.message.tool_calls,
+            [ToolCall::new(
+                "call_a",
+                "queryOrder",
+                r#"{"orderId": "88231"}"#
+            )]
+        );
+        assert_eq!(
+            response.message.tool_calls[0].parse_arguments(),
+            Ok(json!({"orderId": "88231"}))
+        );
+    }
+
+    #[test]
+    fn several_interleaved_tool_calls_are_kept_apart_by_index() {
+        let body = sse(&[
+            tool_delta(0, Some("call_a"), Some("queryOrder"), "{\"orderId\":"),
+            tool_delta(1, Some("call_b"), Some("queryLogistics"), "{\"order"),
+            tool_delta(0, None, None, "\"88231\"}"),
+            tool_delta(1, None, None, "Id\":\"99001\"}"),
+            finish("tool_calls"),
+        ]);
+        let response = run(&body, 64).1.unwrap();
+        assert_eq!(
+            response.message.tool_calls,
+            [
+                ToolCall::new("call_a", "queryOrder", r#"{"orderId":"88231"}"#),
+                ToolCall::new("call_b", "queryLogistics", r#"{"orderId":"99001"}"#),
+            ]
+        );
+    }
+
+    #[test]
+    fn unindexed_whole_calls_and_missing_ids_are_tolerated() {
+        let body = sse(&[
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"id": "x1", "function": {"name": "a", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"id": "x2", "function": {"name": "b", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 2, "function": {"name": "c", "arguments": {"k": 1}}}]}}]}),
+            finish("tool_calls"),
+        ]);
+        let response = run(&body, 64).1.unwrap();
+        let calls: Vec<(&str, &str, &str)> = response
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (c.id.as_str(), c.name(), c.function.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("x1", "a", "{}"),
+                ("x2", "b", "{}"),
+                ("call_2", "c", r#"{"k":1}"#)
+            ]
+        );
+    }
+
+    #[test]
+    fn the_usage_chunk_after_the_finish_chunk_is_recorded() {
+        let body = sse(&[
+            json!({"choices": [{"index": 0, "delta": {"content": "hi"}}]}),
+            finish("stop"),
+            json!({"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+                   "prompt_tokens_details": {"cached_tokens": 0}}}),
+        ]);
+        let response = run(&body, 64).1.unwrap();
+        assert_eq!(
+            response.usage,
+            Some(Usage {
+                prompt_tokens: 12,
+                completion_tokens: 3,
+                total_tokens: 15
+            })
+        );
+    }
+
+    #[test]
+    fn comments_crlf_other_fields_and_garbage_lines_are_skipped() {
+        let body = ": keep-alive\r\n\r\nevent: message\r\nid: 7\r\nretry: 100\r\ngarbage without colon\r\n\
+                    data:{\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\r\n\r\n\
+                    data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\r\n\
+                    data: [DONE]\r\n\r\ndata: this is after DONE and ignored\r\n";
+        let (deltas, response) = run(body, 4);
+        assert_eq!(deltas, ["ok"]);
+        assert_eq!(response.unwrap().message.content.as_deref(), Some("ok"));
+    }
+
+    #[test]
+    fn a_garbage_data_line_is_a_malformed_response() {
+        let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"}}]}\n\ndata: {not json\n\n";
+        let err = run(body, 64).1.unwrap_err();
+        match err {
+            LlmError::MalformedResponse { snippet, .. } => assert_eq!(snippet, "{not json"),
+            other => panic!("expected MalformedResponse, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_event_in_the_stream_is_an_api_error() {
+        let body =
+            "data: {\"error\":{\"message\":\"model overloaded\",\"type\":\"server_error\"}}\n\n";
+        let err = run(body, 64).1.unwrap_err();
+        assert!(
+            matches!(&err, LlmError::Api { message } if message == "model overloaded"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_cut_off_stream_is_an_error_but_a_missing_done_after_finish_is_not() {
+        let cut = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"par\"}}]}\n\n";
+        assert!(matches!(
+            run(cut, 64).1,
+            Err(LlmError::MalformedResponse { .. })
+        ));
+        assert!(matches!(
+            run("", 64).1,
+            Err(LlmError::MalformedResponse { .. })
+        ));
+        let no_done = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}";
+        assert_eq!(
+            run(no_done, 64).1.unwrap().message.content.as_deref(),
+            Some("ok")
+        );
+    }
+
+    #[test]
+    fn an_endless_line_is_refused() {
+        let mut decoder = LineDecoder::default();
+        let big = vec![b'x'; MAX_LINE_BYTES + 1];
+        assert!(matches!(
+            decoder.push(&big),
+            Err(LlmError::MalformedResponse { .. })
+        ));
+    }
+}

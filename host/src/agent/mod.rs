@@ -1,0 +1,62 @@
+//! The half of the host that talks to a model.
+//!
+//! - [`llm`]: the client for OpenAI-compatible chat completions.
+//! - [`catalog`]: what the main agent is offered — progressive disclosure
+//!   (article 003) and per-round masking after `load_skill` (article 000).
+//! - [`Agent`]: the main agent (a ReAct loop) and the scoped sub-agent
+//!   executor that runs skills, with confirmations of write tools.
+//!
+//! # Runs, events and confirmations
+//!
+//! [`Agent::ask`] / [`Agent::start`] (a conversation) and
+//! [`Agent::start_skill`] (one skill, no LLM needed for deterministic
+//! steps) spawn a run and return a [`RunHandle`]: a stream of
+//! [`AgentEvent`]s (rounds with the functions offered, every call with its
+//! outcome — inside skills too —, pending confirmations, compactions,
+//! token usage, the answer) and, once the run ends, its result.
+//!
+//! A call to a tool that needs approval ([`ConfirmationPolicy`]) — whether
+//! the main agent, a sub-agent or a skill's deterministic steps make it —
+//! waits at the call site for a person. The run reports
+//! [`AgentEvent::ConfirmationPending`] (id, tool, arguments, summary); the
+//! answer comes through [`Agent::confirmations`] by id, from any task (a
+//! CLI prompt, an HTTP `POST /v1/confirmations/{id}`). The arguments never
+//! leave the run, so an approver cannot change them; an unanswered
+//! confirmation expires as a rejection; a rejection is reported to the
+//! model as the call's result, and the model answers accordingly.
+//!
+//! # Invariants
+//!
+//! - The main agent's function list is recomputed before every round from
+//!   the catalog and the transcript: masking is a function of the messages
+//!   in context, never cached across rounds. Compaction that evicts a
+//!   `load_skill` result revokes that skill's unlocks.
+//! - Every call is re-checked when executed: masked, absorbed, unknown and
+//!   out-of-scope names, unparsable or schema-invalid arguments are refused
+//!   and reported to the model, never executed.
+//! - A skill's sub-agent sees exactly the skill's declared tools; the main
+//!   agent sees only the skill's final result.
+//! - Nothing the model or a skill does makes the host panic; only LLM
+//!   failures and the loop limits end a run with an error.
+
+mod config;
+mod confirm;
+mod events;
+mod ids;
+mod react;
+mod run;
+mod service;
+mod skill;
+mod transcript;
+
+pub mod catalog;
+pub mod llm;
+pub mod tokens;
+
+pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT};
+pub use confirm::{ConfirmError, ConfirmationId, Confirmations, PendingConfirmation};
+pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
+pub use ids::RunId;
+pub use run::{Decision, Finished, RunHandle, RunOutput, RunStats, SkillOutput};
+pub use service::{Agent, AgentBuilder, AgentError};
+pub use transcript::{Compaction, Transcript};

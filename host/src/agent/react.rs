@@ -1,0 +1,370 @@
+//! The ReAct loop shared by the main agent and skills' sub-agents.
+//!
+//! Each round: fit the transcript to the context budget, compute the
+//! function list (for the main agent, from the catalog and the skills loaded
+//! in the transcript — never carried over from the previous round), call the
+//! LLM, then execute the calls of its answer in order, appending one result
+//! message per call. A round whose answer has no calls ends the loop.
+//!
+//! Nothing the model writes makes the host fail: unparsable or invalid
+//! arguments, unknown names, masked, absorbed and out-of-scope functions
+//! are refused and reported back as the call's result, never executed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::AgentError;
+use super::catalog::{Callable, Functions, Refusal};
+use super::events::{AgentEvent, CallOutcome, Caller};
+use super::llm::{ChatRequest, Message, ToolCall};
+use super::run::RunContext;
+use super::skill;
+use super::transcript::{Transcript, load_result};
+use crate::runtime::SkillComponent;
+
+/// What a loop may call, and how its calls run.
+pub(super) trait Scope: Send + Sync {
+    /// This round's function list.
+    fn functions(&self, run: &RunContext, transcript: &Transcript) -> Functions;
+
+    /// Executes one call whose arguments parsed, reports it, and returns
+    /// the content of its result message.
+    async fn execute(
+        &self,
+        run: &Arc<RunContext>,
+        caller: &Caller,
+        call: Call,
+        transcript: &Transcript,
+    ) -> Result<String, AgentError>;
+}
+
+/// A call whose arguments parsed.
+pub(super) struct Call {
+    pub(super) name: String,
+    pub(super) arguments: Value,
+}
+
+impl Call {
+    /// Reports the call as refused (not executed) and returns what the
+    /// model is told.
+    fn refuse(self, run: &RunContext, caller: &Caller, reason: String) -> String {
+        let outcome = CallOutcome::Refused { reason };
+        let content = outcome.to_tool_content();
+        run.report(caller, &self.name, self.arguments, outcome);
+        content
+    }
+}
+
+/// The main agent: the catalog's functions, masked per round from the
+/// transcript; tools, skills and `load_skill`.
+pub(super) struct MainScope;
+
+impl Scope for MainScope {
+    fn functions(&self, run: &RunContext, transcript: &Transcript) -> Functions {
+        run.catalog.functions(&transcript.loaded_skills())
+    }
+
+    async fn execute(
+        &self,
+        run: &Arc<RunContext>,
+        caller: &Caller,
+        call: Call,
+        transcript: &Transcript,
+    ) -> Result<String, AgentError> {
+        let outcome = match run.catalog.resolve(&call.name, &transcript.loaded_skills()) {
+            Err(refusal) => return Ok(call.refuse(run, caller, refusal.to_string())),
+            Ok(Callable::Tool(tool)) => {
+                run.call_tool_reported(caller, &tool, call.arguments)
+                    .await
+                    .0
+            }
+            Ok(Callable::LoadSkill) => {
+                let outcome = load_skill(run, &call.arguments);
+                run.report(caller, &call.name, call.arguments, outcome.clone());
+                outcome
+            }
+            Ok(Callable::Skill(skill)) => {
+                // The catalog was built from this snapshot, so the skill is
+                // there; refusing keeps the host panic-free.
+                let Some(loaded) = run.snapshot.get(skill.as_str()) else {
+                    let refusal = Refusal::Unknown(call.name.clone());
+                    return Ok(call.refuse(run, caller, refusal.to_string()));
+                };
+                let component = &loaded.component;
+                if let Err(error) = component.validate_input(&call.arguments) {
+                    return Ok(call.refuse(run, caller, error.to_string()));
+                }
+                skill::invoke(run, component, call.arguments).await?
+            }
+        };
+        Ok(outcome.to_tool_content())
+    }
+}
+
+/// A skill's sub-agent: exactly the skill's declared tools.
+pub(super) struct SkillScope<'a> {
+    pub(super) skill: &'a SkillComponent,
+    pub(super) functions: Functions,
+}
+
+impl Scope for SkillScope<'_> {
+    fn functions(&self, _run: &RunContext, _transcript: &Transcript) -> Functions {
+        self.functions.clone()
+    }
+
+    async fn execute(
+        &self,
+        run: &Arc<RunContext>,
+        caller: &Caller,
+        call: Call,
+        _transcript: &Transcript,
+    ) -> Result<String, AgentError> {
+        if !self.functions.contains(&call.name) {
+            let reason = format!(
+                "`{}` is not available to skill {}: its tools are {}",
+                call.name,
+                self.skill.name(),
+                self.skill.manifest().tools.join(", ")
+            );
+            return Ok(call.refuse(run, caller, reason));
+        }
+        let (outcome, _) = run
+            .call_tool_reported(caller, &call.name, call.arguments)
+            .await;
+        Ok(outcome.to_tool_content())
+    }
+}
+
+/// One ReAct loop.
+pub(super) struct Loop<'a, S> {
+    pub(super) run: &'a Arc<RunContext>,
+    pub(super) caller: Caller,
+    pub(super) scope: S,
+    pub(super) max_rounds: u32,
+}
+
+/// How a loop ended.
+pub(super) struct LoopEnd {
+    /// The model's final text.
+    pub(super) answer: String,
+    /// Rounds taken.
+    pub(super) rounds: u32,
+}
+
+impl<S: Scope> Loop<'_, S> {
+    /// Runs rounds until the model answers without calls.
+    pub(super) async fn run(&self, transcript: &mut Transcript) -> Result<LoopEnd, AgentError> {
+        let mut repeats = RepeatGuard::new(self.run.agent.config.max_identical_calls);
+        for round in 1..=self.max_rounds {
+            let functions = self.prepare_round(transcript);
+            self.run.emit(AgentEvent::RoundStarted {
+                caller: self.caller.clone(),
+                round,
+                functions: functions.names(),
+                tokens: transcript.tokens() + functions.tokens,
+            });
+            let request = ChatRequest::new(transcript.messages()).with_tools(functions.definitions);
+            let response = self.run.chat(&self.caller, &request).await?;
+            let calls = response.message.tool_calls.clone();
+            let text = response.message.content.clone();
+            transcript.push(Message::from(response.message));
+            if calls.is_empty() {
+                return Ok(LoopEnd {
+                    answer: text.unwrap_or_default(),
+                    rounds: round,
+                });
+            }
+            for call in &calls {
+                let content = self.execute(call, transcript, &mut repeats).await?;
+                transcript.push(Message::tool(&call.id, call.name(), content));
+            }
+        }
+        Err(AgentError::RoundLimit {
+            caller: self.caller.clone(),
+            rounds: self.max_rounds,
+        })
+    }
+
+    /// Compacts the transcript if it is over budget, and returns this
+    /// round's function list (recomputed after compaction, which may have
+    /// revoked unlocks).
+    fn prepare_round(&self, transcript: &mut Transcript) -> Functions {
+        let functions = self.scope.functions(self.run, transcript);
+        let budget = self.run.agent.config.context_budget;
+        let Some(compaction) = transcript.compact(budget, functions.tokens) else {
+            return functions;
+        };
+        self.run.emit(AgentEvent::Compacted {
+            caller: self.caller.clone(),
+            evicted_messages: compaction.evicted_messages,
+            revoked: compaction.revoked,
+            tokens_before: compaction.tokens_before,
+            tokens_after: compaction.tokens_after,
+        });
+        self.scope.functions(self.run, transcript)
+    }
+
+    /// Checks one call's arguments and repetition, then executes it in the
+    /// scope. Returns the content of its result message.
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        transcript: &Transcript,
+        repeats: &mut RepeatGuard,
+    ) -> Result<String, AgentError> {
+        let name = call.name().to_owned();
+        let parsed = call.parse_arguments();
+        let raw = || Value::String(call.function.arguments.clone());
+        let call = Call {
+            name,
+            arguments: parsed.clone().unwrap_or_else(|_| raw()),
+        };
+        if let Err(reason) = parsed {
+            return Ok(call.refuse(self.run, &self.caller, reason));
+        }
+        match repeats.record(&call.name, &call.arguments) {
+            Repeat::First => {}
+            Repeat::Refuse { earlier } => {
+                let reason = format!(
+                    "you already called `{}` with these same arguments {earlier} times; the \
+                     result will not change. Use the earlier result, or answer the user.",
+                    call.name
+                );
+                return Ok(call.refuse(self.run, &self.caller, reason));
+            }
+            Repeat::Stop { times } => {
+                return Err(AgentError::RepeatedCall {
+                    caller: self.caller.clone(),
+                    function: call.name,
+                    times,
+                });
+            }
+        }
+        self.scope
+            .execute(self.run, &self.caller, call, transcript)
+            .await
+    }
+}
+
+/// `load_skill(skill)`: the skill's instructions, marked as a loaded skill
+/// (see [`super::transcript`]).
+fn load_skill(run: &RunContext, arguments: &Value) -> CallOutcome {
+    let requested = arguments.get("skill").and_then(Value::as_str);
+    if let Some(loaded) = requested.and_then(|name| run.snapshot.get(name)) {
+        let manifest = loaded.component.manifest();
+        return CallOutcome::Done {
+            result: load_result(
+                &manifest.name,
+                &manifest.unlocks,
+                loaded.component.instructions(),
+            ),
+        };
+    }
+    let known: Vec<&str> = run
+        .snapshot
+        .skills()
+        .map(|skill| skill.component.name().as_str())
+        .collect();
+    CallOutcome::Refused {
+        reason: format!(
+            "no skill named `{}`; the skills are: {}",
+            requested.unwrap_or_default(),
+            known.join(", ")
+        ),
+    }
+}
+
+/// Whether a call repeats earlier ones.
+enum Repeat {
+    /// Fewer identical calls than the limit so far: execute it.
+    First,
+    /// The limit is reached: tell the model instead of executing.
+    Refuse { earlier: u32 },
+    /// The model ignored that: stop the loop.
+    Stop { times: u32 },
+}
+
+/// Counts identical calls (same name, same arguments up to key order) in
+/// one loop.
+struct RepeatGuard {
+    limit: u32,
+    seen: HashMap<(String, String), u32>,
+}
+
+impl RepeatGuard {
+    fn new(limit: u32) -> Self {
+        Self {
+            // Below 2, a first call would already count as a repeat.
+            limit: limit.max(2),
+            seen: HashMap::new(),
+        }
+    }
+
+    fn record(&mut self, name: &str, arguments: &Value) -> Repeat {
+        let key = (name.to_owned(), canonical(arguments).to_string());
+        let times = self.seen.entry(key).or_default();
+        *times += 1;
+        match (*times).cmp(&self.limit) {
+            std::cmp::Ordering::Less => Repeat::First,
+            std::cmp::Ordering::Equal => Repeat::Refuse {
+                earlier: *times - 1,
+            },
+            std::cmp::Ordering::Greater => Repeat::Stop { times: *times },
+        }
+    }
+}
+
+/// `value` with every object's keys in sorted order, so that two calls
+/// that differ only in key order compare equal.
+fn canonical(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&String, Value> = map
+                .iter()
+                .map(|(key, value)| (key, canonical(value)))
+                .collect();
+            Value::Object(
+                sorted
+                    .into_iter()
+                    .map(|(key, value)| (key.clone(), value))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_limit_th_identical_call_is_refused_and_the_next_stops() {
+        let mut guard = RepeatGuard::new(3);
+        let a = json!({"orderId": "88231", "x": {"b": 1, "a": 2}});
+        let a_reordered = json!({"x": {"a": 2, "b": 1}, "orderId": "88231"});
+        assert!(matches!(guard.record("queryOrder", &a), Repeat::First));
+        assert!(matches!(
+            guard.record("queryOrder", &a_reordered),
+            Repeat::First
+        ));
+        assert!(matches!(
+            guard.record("queryOrder", &json!({})),
+            Repeat::First
+        ));
+        assert!(matches!(guard.record("other", &a), Repeat::First));
+        assert!(matches!(
+            guard.record("queryOrder", &a),
+            Repeat::Refuse { earlier: 2 }
+        ));
+        assert!(matches!(
+            guard.record("queryOrder", &a),
+            Repeat::Stop { times: 4 }
+        ));
+    }
+}

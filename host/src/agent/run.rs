@@ -1,0 +1,359 @@
+//! One run: its shared state, how it executes tools (with confirmations),
+//! and the handle its caller holds.
+//!
+//! A run is a spawned task. Its caller gets a [`RunHandle`]: the run's
+//! events as they happen and, at the end, its result. The task does not
+//! depend on the handle: it keeps running (e.g. while it waits for a
+//! confirmation) when the request that started it is gone, and ends on its
+//! own — with an answer, an error, or a declined confirmation once it
+//! expires. [`RunHandle::abort`] stops it early.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::AgentError;
+use super::catalog::Catalog;
+use super::confirm::{Confirmations, PendingConfirmation};
+use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
+use super::ids::RunId;
+use super::llm::{ChatRequest, ChatResponse, Message, Usage};
+use super::service::AgentInner;
+use crate::runtime::ToolDispatch;
+use crate::skills::{SkillName, SkillSnapshot};
+use crate::tools::ToolError;
+
+/// LLM calls and tokens of one run, sub-agents included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RunStats {
+    /// LLM calls that returned a response.
+    pub llm_calls: u32,
+    /// Tokens the server counted, summed.
+    pub usage: Usage,
+}
+
+/// The result of a conversation run ([`Agent::start`](super::Agent::start)).
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// The main agent's final answer.
+    pub answer: String,
+    /// The conversation as it ends (after any compaction), answer
+    /// included: what to send back for the next turn.
+    pub messages: Vec<Message>,
+    /// LLM rounds the main agent took.
+    pub rounds: u32,
+    /// LLM calls and tokens, sub-agents included.
+    pub stats: RunStats,
+}
+
+/// The result of a direct skill run
+/// ([`Agent::start_skill`](super::Agent::start_skill)).
+#[derive(Debug, Clone)]
+pub struct SkillOutput {
+    /// What the skill produced, or why it failed.
+    pub outcome: CallOutcome,
+    /// LLM calls and tokens (none when its deterministic steps finished).
+    pub stats: RunStats,
+}
+
+/// What to do with a pending confirmation, for [`RunHandle::finish_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Approve it.
+    Approve,
+    /// Reject it, with an optional reason for the model.
+    Reject(Option<String>),
+    /// Leave it pending: someone else answers, or it expires.
+    Leave,
+}
+
+/// Everything a run reported, and how it ended.
+#[derive(Debug)]
+pub struct Finished<T> {
+    /// Every event, in order.
+    pub events: Vec<AgentEvent>,
+    /// The result.
+    pub result: Result<T, AgentError>,
+}
+
+/// A started run.
+///
+/// Read [`RunHandle::events`] until it closes (the run has ended), then
+/// take the result with [`RunHandle::result`]. Dropping the handle does not
+/// stop the run.
+pub struct RunHandle<T> {
+    /// The run's id, also carried by its pending confirmations.
+    pub id: RunId,
+    /// The run's events, in order. Unbounded, so a run never waits for its
+    /// reader; a run's events are bounded by its rounds and calls. Closes
+    /// when the run ends.
+    pub events: mpsc::UnboundedReceiver<AgentEvent>,
+    confirmations: Confirmations,
+    task: JoinHandle<Result<T, AgentError>>,
+}
+
+impl<T: Send + 'static> RunHandle<T> {
+    pub(super) fn spawn<F>(
+        run: &RunContext,
+        events: mpsc::UnboundedReceiver<AgentEvent>,
+        body: F,
+    ) -> Self
+    where
+        F: Future<Output = Result<T, AgentError>> + Send + 'static,
+    {
+        Self {
+            id: run.id.clone(),
+            confirmations: run.agent.confirmations.clone(),
+            events,
+            task: tokio::spawn(body),
+        }
+    }
+
+    /// Waits for the run to end and returns its result.
+    pub async fn result(self) -> Result<T, AgentError> {
+        self.task
+            .await
+            .map_err(|error| AgentError::Aborted(error.to_string()))?
+    }
+
+    /// Whether the run has ended.
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Stops the run; its pending confirmations are withdrawn.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+
+    /// Drives the run to its end, answering each pending confirmation with
+    /// `decide`, and returns every event with the result. For callers that
+    /// decide on the spot (scripts, tests, `--yes`/`--no`).
+    pub async fn finish_with(
+        mut self,
+        mut decide: impl FnMut(&PendingConfirmation) -> Decision,
+    ) -> Finished<T> {
+        let mut events = Vec::new();
+        while let Some(event) = self.events.recv().await {
+            if let AgentEvent::ConfirmationPending(pending) = &event {
+                let id = pending.id.as_str();
+                // An answer can be refused only when the confirmation is
+                // already gone (expired, run aborted); the run says so in
+                // its own events.
+                let _ = match decide(pending) {
+                    Decision::Approve => self.confirmations.approve(id).map(drop),
+                    Decision::Reject(reason) => self.confirmations.reject(id, reason).map(drop),
+                    Decision::Leave => Ok(()),
+                };
+            }
+            events.push(event);
+        }
+        Finished {
+            events,
+            result: self.result().await,
+        }
+    }
+}
+
+/// Why a tool call did not produce a result.
+pub(super) enum CallError {
+    /// The tool (or its lookup or validation) failed.
+    Tool(ToolError),
+    /// A person rejected it, or the confirmation expired.
+    Declined(Declined),
+}
+
+impl From<ToolError> for CallError {
+    fn from(error: ToolError) -> Self {
+        Self::Tool(error)
+    }
+}
+
+impl CallOutcome {
+    /// The outcome of a tool call as executed by [`RunContext::call_tool`].
+    fn of_tool(tool: &str, result: &Result<Value, CallError>) -> Self {
+        match result {
+            Ok(result) => Self::Done {
+                result: result.clone(),
+            },
+            Err(CallError::Declined(why)) => Self::Declined {
+                tool: tool.to_owned(),
+                why: why.clone(),
+            },
+            // Never executed: the name or the arguments are wrong.
+            Err(CallError::Tool(
+                error @ (ToolError::UnknownTool(_) | ToolError::InvalidArguments { .. }),
+            )) => Self::Refused {
+                reason: error.to_string(),
+            },
+            Err(CallError::Tool(error)) => Self::Failed {
+                error: error.to_string(),
+            },
+        }
+    }
+}
+
+/// The state one run shares between its main loop, its sub-agents and its
+/// skills' tool dispatch.
+pub(super) struct RunContext {
+    pub(super) id: RunId,
+    pub(super) agent: Arc<AgentInner>,
+    /// The skills as they were when the run started; the run keeps them.
+    pub(super) snapshot: Arc<SkillSnapshot>,
+    pub(super) catalog: Arc<Catalog>,
+    events: mpsc::UnboundedSender<AgentEvent>,
+    stats: Mutex<RunStats>,
+}
+
+impl RunContext {
+    /// A run of `agent` over the current skills, and the receiver of its
+    /// events.
+    pub(super) fn new(agent: Arc<AgentInner>) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
+        let (events, receiver) = mpsc::unbounded_channel();
+        let snapshot = agent.skills.snapshot();
+        let catalog = agent.catalog_for(&snapshot);
+        let run = Self {
+            id: RunId::random(),
+            agent,
+            snapshot,
+            catalog,
+            events,
+            stats: Mutex::default(),
+        };
+        (Arc::new(run), receiver)
+    }
+
+    /// Reports an event. Nobody listening is fine.
+    pub(super) fn emit(&self, event: AgentEvent) {
+        let _ = self.events.send(event);
+    }
+
+    /// LLM calls and tokens so far.
+    pub(super) fn stats(&self) -> RunStats {
+        *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One LLM call on behalf of `caller`, counted in the run's stats.
+    pub(super) async fn chat(
+        &self,
+        caller: &Caller,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, AgentError> {
+        let llm = self.agent.llm.as_ref().ok_or(AgentError::NotConfigured)?;
+        let response = llm.chat(request).await.map_err(|source| AgentError::Llm {
+            caller: caller.clone(),
+            source,
+        })?;
+        {
+            let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+            stats.llm_calls += 1;
+            if let Some(usage) = response.usage {
+                stats.usage.prompt_tokens += usage.prompt_tokens;
+                stats.usage.completion_tokens += usage.completion_tokens;
+                stats.usage.total_tokens += usage.total_tokens;
+            }
+        }
+        if let Some(usage) = response.usage {
+            self.emit(AgentEvent::Usage {
+                caller: caller.clone(),
+                usage,
+            });
+        }
+        Ok(response)
+    }
+
+    /// Executes a tool for `caller`: checks the arguments, waits for a
+    /// person's approval when the policy asks for it, then runs the tool.
+    /// Scope and masking are the caller's to check first.
+    pub(super) async fn call_tool(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, CallError> {
+        let registered = self
+            .agent
+            .tools
+            .get(tool)
+            .ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
+        // Nobody is asked to approve a call that cannot run.
+        registered.validate(&arguments)?;
+        let policy = &self.agent.config.confirmation;
+        if policy.requires(registered.spec()) {
+            let ticket = self.agent.confirmations.open(
+                self.id.clone(),
+                caller.clone(),
+                tool,
+                arguments.clone(),
+                policy.expiry,
+            );
+            let id = ticket.pending().id.clone();
+            self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
+            let resolution = ticket.resolution().await;
+            self.emit(AgentEvent::ConfirmationResolved {
+                id,
+                tool: tool.to_owned(),
+                resolution: resolution.clone(),
+            });
+            if let Resolution::Declined(why) = resolution {
+                return Err(CallError::Declined(why));
+            }
+        }
+        Ok(registered.call(arguments).await?)
+    }
+
+    /// [`Self::call_tool`], reported as a
+    /// [`AgentEvent::ToolCalled`] event and returned as its outcome.
+    pub(super) async fn call_tool_reported(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Value,
+    ) -> (CallOutcome, Result<Value, CallError>) {
+        let result = self.call_tool(caller, tool, arguments.clone()).await;
+        let outcome = CallOutcome::of_tool(tool, &result);
+        self.report(caller, tool, arguments, outcome.clone());
+        (outcome, result)
+    }
+
+    /// Reports a finished (or refused) call.
+    pub(super) fn report(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Value,
+        outcome: CallOutcome,
+    ) {
+        self.emit(AgentEvent::ToolCalled {
+            caller: caller.clone(),
+            tool: tool.to_owned(),
+            arguments,
+            outcome,
+        });
+    }
+}
+
+/// Where a skill's deterministic steps send their tool calls: the run's
+/// executor, so that they are confirmed and reported like any other call.
+pub(super) struct StepsDispatch(pub(super) Arc<RunContext>);
+
+#[async_trait]
+impl ToolDispatch for StepsDispatch {
+    async fn call_tool(
+        &self,
+        skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        let caller = Caller::Skill(skill.clone());
+        let (_, result) = self.0.call_tool_reported(&caller, tool, arguments).await;
+        result.map_err(|error| match error {
+            CallError::Tool(error) => error,
+            CallError::Declined(_) => ToolError::Declined(tool.to_owned()),
+        })
+    }
+}

@@ -1,0 +1,272 @@
+//! The [`Agent`]: what a run needs, and how runs start.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde_json::Value;
+
+use super::catalog::Catalog;
+use super::config::AgentConfig;
+use super::confirm::Confirmations;
+use super::events::{AgentEvent, Caller};
+use super::llm::{LlmClient, LlmError, Message};
+use super::react::{Loop, MainScope};
+use super::run::{RunContext, RunHandle, RunOutput, SkillOutput};
+use super::skill;
+use super::transcript::Transcript;
+use crate::runtime::InvokeError;
+use crate::skills::{SkillRegistry, SkillSnapshot};
+use crate::tools::ToolRegistry;
+
+/// Why a run could not start or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The run needs an LLM and none is configured. Skills with
+    /// deterministic steps still run without one
+    /// ([`Agent::start_skill`]), unless their steps hand over.
+    #[error(
+        "no LLM is configured (set OPENAI_BASE_URL, OPENAI_API_KEY and SKILLHOST_MODEL); \
+         only skills with deterministic steps can run"
+    )]
+    NotConfigured,
+    /// An LLM call failed (after the client's retries).
+    #[error("the {caller}'s LLM call failed: {source}")]
+    Llm {
+        /// Whose call.
+        caller: Caller,
+        /// Why.
+        source: LlmError,
+    },
+    /// The loop used all its rounds without a final answer. For a skill's
+    /// sub-agent this is reported to the main agent, not raised.
+    #[error("the {caller} gave no final answer within {rounds} rounds")]
+    RoundLimit {
+        /// Whose loop.
+        caller: Caller,
+        /// The limit.
+        rounds: u32,
+    },
+    /// The model kept making the same call after being told it repeats
+    /// itself. For a skill's sub-agent this is reported to the main agent.
+    #[error(
+        "the {caller} called `{function}` with the same arguments {times} times, even after being \
+         told the result would not change; stopped"
+    )]
+    RepeatedCall {
+        /// Whose loop.
+        caller: Caller,
+        /// The function called.
+        function: String,
+        /// Identical calls made.
+        times: u32,
+    },
+    /// The request has no user message to answer.
+    #[error("the request has no user message")]
+    NoUserMessage,
+    /// [`Agent::start_skill`] named no loaded skill.
+    #[error("no skill named `{0}` is loaded")]
+    UnknownSkill(String),
+    /// [`Agent::start_skill`] got input its parameters schema refuses.
+    #[error(transparent)]
+    InvalidInput(InvokeError),
+    /// The run's task panicked or was aborted.
+    #[error("the run ended abnormally: {0}")]
+    Aborted(String),
+}
+
+/// What every run of an agent shares.
+pub(super) struct AgentInner {
+    pub(super) llm: Option<LlmClient>,
+    pub(super) skills: Arc<SkillRegistry>,
+    pub(super) tools: Arc<ToolRegistry>,
+    pub(super) config: AgentConfig,
+    pub(super) confirmations: Confirmations,
+    /// The catalog of the latest snapshot a run started on.
+    catalog: Mutex<Option<(Arc<SkillSnapshot>, Arc<Catalog>)>>,
+}
+
+impl AgentInner {
+    /// The catalog of `snapshot`, built once per snapshot.
+    pub(super) fn catalog_for(&self, snapshot: &Arc<SkillSnapshot>) -> Arc<Catalog> {
+        let mut cached = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((of, catalog)) = cached.as_ref()
+            && Arc::ptr_eq(of, snapshot)
+        {
+            return catalog.clone();
+        }
+        let catalog = Arc::new(Catalog::new(&self.tools, snapshot, &self.config.disclosure));
+        *cached = Some((snapshot.clone(), catalog.clone()));
+        catalog
+    }
+}
+
+/// The main agent and the scoped sub-agent executor over one skill
+/// registry. Cheap to clone; clones share the pending confirmations.
+///
+/// ```ignore
+/// let agent = Agent::builder(skills).llm(LlmClient::from_env()?).build();
+/// let mut run = agent.ask("my order 88231 robot vacuum is broken, refund it")?;
+/// while let Some(event) = run.events.recv().await {
+///     if let AgentEvent::ConfirmationPending(pending) = &event {
+///         agent.confirmations().approve(pending.id.as_str())?;
+///     }
+/// }
+/// let output = run.result().await?;
+/// ```
+#[derive(Clone)]
+pub struct Agent {
+    inner: Arc<AgentInner>,
+}
+
+/// Builds an [`Agent`].
+pub struct AgentBuilder {
+    skills: Arc<SkillRegistry>,
+    llm: Option<LlmClient>,
+    config: AgentConfig,
+}
+
+impl AgentBuilder {
+    /// The LLM of the main agent and the sub-agents. Without one, only
+    /// deterministic skills run.
+    pub fn llm(mut self, llm: LlmClient) -> Self {
+        self.llm = Some(llm);
+        self
+    }
+
+    /// Settings; default: [`AgentConfig::default`].
+    pub fn config(mut self, config: AgentConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// The agent.
+    pub fn build(self) -> Agent {
+        Agent {
+            inner: Arc::new(AgentInner {
+                llm: self.llm,
+                tools: self.skills.tools().clone(),
+                skills: self.skills,
+                config: self.config,
+                confirmations: Confirmations::default(),
+                catalog: Mutex::new(None),
+            }),
+        }
+    }
+}
+
+impl Agent {
+    /// An agent over `skills` and the tools they were resolved against
+    /// ([`SkillRegistry::tools`]), so skills and tools always agree.
+    pub fn builder(skills: Arc<SkillRegistry>) -> AgentBuilder {
+        AgentBuilder {
+            skills,
+            llm: None,
+            config: AgentConfig::default(),
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &AgentConfig {
+        &self.inner.config
+    }
+
+    /// Whether an LLM is configured.
+    pub fn has_llm(&self) -> bool {
+        self.inner.llm.is_some()
+    }
+
+    /// The pending confirmations of every run: answer them here.
+    pub fn confirmations(&self) -> &Confirmations {
+        &self.inner.confirmations
+    }
+
+    /// What the main agent can be offered over the current skills.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.inner.catalog_for(&self.inner.skills.snapshot())
+    }
+
+    /// Starts the main agent on one user message.
+    pub fn ask(&self, text: &str) -> Result<RunHandle<RunOutput>, AgentError> {
+        self.start(vec![Message::user(text)])
+    }
+
+    /// Starts the main agent on a conversation (its latest user message is
+    /// the one to answer). Without a leading system message,
+    /// [`AgentConfig::system_prompt`] is put first. Loaded skills are
+    /// recognized in the history (see [`Transcript`]).
+    ///
+    /// The run is a spawned task (call this inside a Tokio runtime) that
+    /// outlives the returned handle.
+    pub fn start(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
+        if self.inner.llm.is_none() {
+            return Err(AgentError::NotConfigured);
+        }
+        if !messages
+            .iter()
+            .any(|message| matches!(message, Message::User { .. }))
+        {
+            return Err(AgentError::NoUserMessage);
+        }
+        let system = match messages.first() {
+            Some(Message::System { .. }) => None,
+            _ => Some(Message::system(&self.inner.config.system_prompt)),
+        };
+        let transcript = Transcript::from_messages(system.into_iter().chain(messages));
+        let (run, events) = RunContext::new(self.inner.clone());
+        let body = main_agent(run.clone(), transcript);
+        Ok(RunHandle::spawn(&run, events, body))
+    }
+
+    /// Runs the skill `name` on `input` directly, as the main agent would
+    /// call it: its deterministic steps (which need no LLM), or its
+    /// sub-agent. Events and confirmations work as in [`Agent::start`].
+    pub fn start_skill(
+        &self,
+        name: &str,
+        input: Value,
+    ) -> Result<RunHandle<SkillOutput>, AgentError> {
+        let (run, events) = RunContext::new(self.inner.clone());
+        let skill = run
+            .snapshot
+            .get(name)
+            .ok_or_else(|| AgentError::UnknownSkill(name.to_owned()))?
+            .component
+            .clone();
+        skill
+            .validate_input(&input)
+            .map_err(AgentError::InvalidInput)?;
+        let body = {
+            let run = run.clone();
+            async move {
+                let outcome = skill::invoke(&run, &skill, input).await?;
+                Ok(SkillOutput {
+                    outcome,
+                    stats: run.stats(),
+                })
+            }
+        };
+        Ok(RunHandle::spawn(&run, events, body))
+    }
+}
+
+/// The main agent's run.
+async fn main_agent(
+    run: Arc<RunContext>,
+    mut transcript: Transcript,
+) -> Result<RunOutput, AgentError> {
+    let main = Loop {
+        run: &run,
+        caller: Caller::Main,
+        scope: MainScope,
+        max_rounds: run.agent.config.max_rounds,
+    };
+    let end = main.run(&mut transcript).await?;
+    run.emit(AgentEvent::Answer {
+        text: end.answer.clone(),
+    });
+    Ok(RunOutput {
+        answer: end.answer,
+        messages: transcript.into_messages(),
+        rounds: end.rounds,
+        stats: run.stats(),
+    })
+}

@@ -1,0 +1,111 @@
+//! The scoped sub-agent executor: how one skill invocation runs.
+//!
+//! Deterministic steps first, when the skill has them (and
+//! [`AgentConfig::use_steps`](super::AgentConfig::use_steps) allows): they
+//! run in the sandbox and call tools through the run's executor, so writes
+//! are confirmed like any other call. When the skill has no steps, or the
+//! steps hand over, a ReAct loop takes over whose system prompt is the
+//! skill's instructions (plus the handover note), whose user message is the
+//! call's input as JSON, and whose functions are exactly the skill's
+//! declared tools; a call outside them is refused and never executed. The
+//! caller sees only the final outcome.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::AgentError;
+use super::events::{AgentEvent, CallOutcome, Caller, SkillPath};
+use super::llm::Message;
+use super::react::{Loop, SkillScope};
+use super::run::{RunContext, StepsDispatch};
+use super::transcript::Transcript;
+use crate::runtime::{RunOutcome, SkillComponent};
+
+/// Runs `skill` on `input` (already validated against its parameters) and
+/// returns its outcome, reported as
+/// [`AgentEvent::SkillStarted`] … [`AgentEvent::SkillFinished`].
+///
+/// A skill that fails — a trap, a limit, a sub-agent out of rounds — is an
+/// outcome the model is told about. Only what would fail any call is an
+/// error: the LLM failing, or no LLM for a skill that needs one.
+pub(super) async fn invoke(
+    run: &Arc<RunContext>,
+    skill: &SkillComponent,
+    input: Value,
+) -> Result<CallOutcome, AgentError> {
+    let name = skill.name().clone();
+    let path = if skill.manifest().has_steps && run.agent.config.use_steps {
+        SkillPath::Steps
+    } else {
+        SkillPath::Llm
+    };
+    run.emit(AgentEvent::SkillStarted {
+        skill: name.clone(),
+        input: input.clone(),
+        path,
+    });
+    let outcome = match path {
+        SkillPath::Llm => sub_agent(run, skill, &input, None).await?,
+        SkillPath::Steps => {
+            let dispatch = Arc::new(StepsDispatch(run.clone()));
+            match skill.run(&input, dispatch).await {
+                Ok(report) => match report.outcome {
+                    RunOutcome::Done(result) => CallOutcome::Done { result },
+                    RunOutcome::Handover(note) => {
+                        run.emit(AgentEvent::SkillHandover {
+                            skill: name.clone(),
+                            note: note.clone(),
+                        });
+                        sub_agent(run, skill, &input, Some(&note)).await?
+                    }
+                },
+                Err(error) => CallOutcome::Failed {
+                    error: error.to_string(),
+                },
+            }
+        }
+    };
+    run.emit(AgentEvent::SkillFinished {
+        skill: name,
+        outcome: outcome.clone(),
+    });
+    Ok(outcome)
+}
+
+/// The LLM-driven path: a ReAct loop in the skill's scope.
+async fn sub_agent(
+    run: &Arc<RunContext>,
+    skill: &SkillComponent,
+    input: &Value,
+    handover: Option<&str>,
+) -> Result<CallOutcome, AgentError> {
+    let mut system = skill.instructions().to_owned();
+    if let Some(note) = handover {
+        system.push_str("\n\n## Where the skill's deterministic steps left off\n\n");
+        system.push_str(note);
+    }
+    let mut transcript =
+        Transcript::from_messages([Message::system(system), Message::user(input.to_string())]);
+    let sub = Loop {
+        run,
+        caller: Caller::Skill(skill.name().clone()),
+        scope: SkillScope {
+            skill,
+            functions: run.catalog.scope(skill.manifest()),
+        },
+        max_rounds: run.agent.config.skill_max_rounds,
+    };
+    match sub.run(&mut transcript).await {
+        Ok(end) => Ok(CallOutcome::Done {
+            result: Value::String(end.answer),
+        }),
+        // The skill failed, not the run: the main agent is told.
+        Err(error @ (AgentError::RoundLimit { .. } | AgentError::RepeatedCall { .. })) => {
+            Ok(CallOutcome::Failed {
+                error: error.to_string(),
+            })
+        }
+        Err(error) => Err(error),
+    }
+}

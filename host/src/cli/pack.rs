@@ -1,0 +1,63 @@
+//! `skillhost pack`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use skillhost::runtime::digest_of;
+use skillhost::skills::pack::DeclarativeSkill;
+
+/// `skillhost pack`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The component is unsigned: sign it with `skillhost sign` before \
+                        a host that requires signatures (the default) will load it."
+)]
+pub struct PackArgs {
+    /// The skill: a .yaml/.yml file (name, description, tools, parameters,
+    /// instructions; optional version, unlocks, test_cases) or an Agent
+    /// Skills SKILL.md (.md).
+    input: PathBuf,
+    /// Write the component to this file. Default: <name>.wasm next to the
+    /// input.
+    #[arg(long, value_name = "FILE", conflicts_with = "out_dir")]
+    out: Option<PathBuf>,
+    /// Write <name>.wasm into this directory instead.
+    #[arg(long, value_name = "DIR")]
+    out_dir: Option<PathBuf>,
+}
+
+pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
+    let skill = DeclarativeSkill::read(&args.input)?;
+    let component = skill
+        .to_component()
+        .with_context(|| format!("packing {}", args.input.display()))?;
+    let manifest = skill.manifest();
+    let out = match (&args.out, &args.out_dir) {
+        (Some(out), _) => out.clone(),
+        (None, dir) => {
+            let dir = dir
+                .as_deref()
+                .unwrap_or_else(|| args.input.parent().unwrap_or(Path::new("")));
+            dir.join(format!("{}.wasm", manifest.name))
+        }
+    };
+    std::fs::write(&out, &component).with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "packed {} {} (instructions only) from {}",
+        manifest.name,
+        manifest.version,
+        args.input.display()
+    );
+    println!(
+        "  {}: {} bytes, {}",
+        out.display(),
+        component.len(),
+        digest_of(&component)
+    );
+    println!(
+        "  unsigned: sign it with `skillhost sign` before a host that requires signatures loads it"
+    );
+    Ok(ExitCode::SUCCESS)
+}

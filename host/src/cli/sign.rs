@@ -1,0 +1,274 @@
+//! `skillhost keygen`, `skillhost sign` and `skillhost verify`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::json;
+
+use skillhost::skills::signature::{Fingerprint, KeyError, SignatureError, SigningKey, TrustStore};
+
+/// The trust store of the default (demo) configuration: only the keys in
+/// `keys/trusted/`, relative to the working directory (the repository root
+/// in the demo), which holds the demo key that signs the bundled skills.
+pub const DEFAULT_TRUST: &str = "keys/trusted";
+
+/// `skillhost keygen`.
+#[derive(Debug, clap::Args)]
+pub struct KeygenArgs {
+    /// Path prefix of the key pair: writes <PREFIX>.key (the secret key,
+    /// readable by its owner only) and <PREFIX>.pub. Existing files are
+    /// never overwritten.
+    #[arg(long, value_name = "PREFIX")]
+    out: PathBuf,
+}
+
+/// `skillhost sign`.
+#[derive(Debug, clap::Args)]
+pub struct SignArgs {
+    /// The component (or core module) to sign.
+    input: PathBuf,
+    /// Secret key file: as written by `skillhost keygen` or `wasmsign2
+    /// keygen`, or DER, PEM, or an unencrypted OpenSSH Ed25519 key.
+    #[arg(long, value_name = "FILE")]
+    key: PathBuf,
+    /// Write the signed file here. Default: replace the input atomically
+    /// (a temporary file in the same directory, then a rename).
+    #[arg(long, value_name = "FILE", conflicts_with = "detached")]
+    out: Option<PathBuf>,
+    /// Write a detached signature to this file instead, leaving the input
+    /// unchanged. An existing signature file is extended (multi-signature).
+    #[arg(long, value_name = "SIG")]
+    detached: Option<PathBuf>,
+}
+
+/// `skillhost verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The component (or core module) to verify.
+    file: PathBuf,
+    #[command(flatten)]
+    trust: TrustArgs,
+    /// Verify against this detached signature instead of the embedded one.
+    #[arg(long, value_name = "SIG")]
+    detached: Option<PathBuf>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Which public keys to trust. Flatten it into any command that verifies
+/// skills.
+#[derive(Debug, clap::Args)]
+pub struct TrustArgs {
+    /// Trusted public keys: a directory of public key files or a single key
+    /// file; repeat for several. The default trusts the demo key only.
+    #[arg(
+        long = "trust",
+        value_name = "DIR|KEY",
+        env = "SKILLHOST_TRUST",
+        default_value = DEFAULT_TRUST
+    )]
+    paths: Vec<PathBuf>,
+}
+
+impl TrustArgs {
+    /// Loads the trust store; no keys at all is an error.
+    pub fn store(&self) -> anyhow::Result<TrustStore> {
+        TrustStore::load(&self.paths).context("loading the trust store")
+    }
+}
+
+pub fn keygen(args: &KeygenArgs) -> anyhow::Result<ExitCode> {
+    let secret_path = with_suffix(&args.out, "key");
+    let public_path = with_suffix(&args.out, "pub");
+    for path in [&secret_path, &public_path] {
+        if fs::symlink_metadata(path).is_ok() {
+            return Err(KeyError::Exists { path: path.clone() }.into());
+        }
+    }
+    let key = SigningKey::generate();
+    write_new(&secret_path, &key.to_bytes(), true)?;
+    if let Err(error) = write_new(&public_path, &key.public_key().to_bytes(), false) {
+        // Do not leave half a key pair behind; the secret file is ours.
+        let _ = fs::remove_file(&secret_path);
+        return Err(error);
+    }
+    println!("secret key: {} (keep it secret)", secret_path.display());
+    println!("public key: {}", public_path.display());
+    println!("fingerprint: {}", key.public_key().fingerprint());
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
+    let key = SigningKey::load(&args.key)?;
+    let wasm = read(&args.input)?;
+    let fingerprint = key.public_key().fingerprint();
+    if let Some(signature_path) = &args.detached {
+        let existing = match fs::read(signature_path) {
+            Ok(bytes) => Some(bytes),
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => {
+                return Err(error).with_context(|| format!("reading {}", signature_path.display()));
+            }
+        };
+        let signature = key
+            .sign_detached(&wasm, existing.as_deref())
+            .with_context(|| format!("signing {}", args.input.display()))?;
+        write_atomic(signature_path, &signature)?;
+        println!(
+            "{}: detached signature by key {fingerprint} written to {}",
+            args.input.display(),
+            signature_path.display()
+        );
+    } else {
+        let signed = key
+            .sign(&wasm)
+            .with_context(|| format!("signing {}", args.input.display()))?;
+        let out = args.out.as_ref().unwrap_or(&args.input);
+        write_atomic(out, &signed)?;
+        println!("{}: signed by key {fingerprint}", out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
+    let store = args.trust.store()?;
+    let wasm = read(&args.file)?;
+    let result = match &args.detached {
+        Some(signature_path) => store.verify_detached(&wasm, &read(signature_path)?),
+        None => store.verify(&wasm),
+    };
+    let file = args.file.display();
+    match (&result, args.json) {
+        (Ok(verified), true) => println!(
+            "{}",
+            json!({
+                "file": args.file,
+                "valid": true,
+                "signer": verified.signer,
+                "signers": verified.signers,
+            })
+        ),
+        (Ok(verified), false) => {
+            println!("valid: {file}");
+            for signer in &verified.signers {
+                println!(
+                    "  signed by trusted key {signer} ({})",
+                    source_of(&store, *signer)
+                );
+            }
+        }
+        (Err(error), true) => {
+            let (signer, key_ids) = match error {
+                SignatureError::Tampered { signer, .. } => (Some(*signer), None),
+                SignatureError::UnknownKey { key_ids } => (None, Some(key_ids)),
+                _ => (None, None),
+            };
+            println!(
+                "{}",
+                json!({
+                    "file": args.file,
+                    "valid": false,
+                    "error": error.kind(),
+                    "reason": error.to_string(),
+                    "signer": signer,
+                    "key_ids": key_ids,
+                })
+            );
+        }
+        (Err(error), false) => println!("invalid: {file}: {error}"),
+    }
+    Ok(if result.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Where the trusted key `signer` came from.
+fn source_of(store: &TrustStore, signer: Fingerprint) -> String {
+    store
+        .keys()
+        .iter()
+        .find(|key| key.fingerprint() == signer)
+        .map(|key| key.source().display().to_string())
+        .unwrap_or_default()
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// `prefix` with `.extension` appended (not replacing an existing one:
+/// `keys/demo.v2` gives `keys/demo.v2.key`).
+fn with_suffix(prefix: &Path, extension: &str) -> PathBuf {
+    let mut name = prefix.as_os_str().to_owned();
+    name.push(".");
+    name.push(extension);
+    PathBuf::from(name)
+}
+
+/// Creates `path`, failing if it exists. A `secret` file is readable by its
+/// owner only (on Unix).
+fn write_new(path: &Path, bytes: &[u8], secret: bool) -> anyhow::Result<()> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    if secret {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    #[cfg(not(unix))]
+    let _ = secret;
+    let mut file = options.open(path).map_err(|error| {
+        if error.kind() == io::ErrorKind::AlreadyExists {
+            anyhow::Error::from(KeyError::Exists {
+                path: path.to_owned(),
+            })
+        } else {
+            anyhow::Error::from(error).context(format!("creating {}", path.display()))
+        }
+    })?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Replaces `path` with `bytes` atomically: readers (and the skills
+/// watcher) see the old file or the new one, never a partial write. The
+/// temporary file is hidden and ends in `.tmp`, so it is never taken for a
+/// skill; an existing file's permissions are kept.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .with_context(|| format!("{} is not a file path", path.display()))?;
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> io::Result<()> {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        if let Ok(existing) = fs::metadata(path) {
+            file.set_permissions(existing.permissions())?;
+        }
+        file.sync_all()?;
+        fs::rename(&temp, path)
+    })();
+    if let Err(error) = result {
+        let _ = fs::remove_file(&temp);
+        return Err(error).with_context(|| format!("writing {}", path.display()));
+    }
+    Ok(())
+}

@@ -1,0 +1,233 @@
+//! A compiled skill, ready to instantiate: manifest read, `InstancePre` cached.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use super::Runtime;
+use super::bindings::{Skill, SkillPre, skillhost::skill::types};
+use super::host::{HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, arm_time_limit};
+use super::limits::Limits;
+use crate::skills::{Manifest, ManifestError, SkillName};
+use crate::tools::ToolRegistry;
+
+/// Why a component could not be loaded as a skill.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("not a valid WebAssembly component: {0}")]
+    Compile(String),
+    #[error("component does not fit the skill world: {0}")]
+    Link(String),
+    #[error("reading the manifest failed: {0}")]
+    Describe(String),
+    #[error("invalid manifest: {0}")]
+    Manifest(#[from] ManifestError),
+    #[error("instructions-only skill `{0}` has empty instructions")]
+    EmptyInstructions(SkillName),
+}
+
+/// One loaded version of a skill. Cloning is cheap; invocations share the
+/// compiled code and each get their own `Store`.
+#[derive(Clone)]
+pub struct SkillComponent {
+    inner: Arc<SkillInner>,
+}
+
+struct SkillInner {
+    manifest: Manifest,
+    instructions: String,
+    /// `sha256:<hex>` of the component's bytes as loaded.
+    digest: String,
+    input_validator: jsonschema::Validator,
+    allowed_tools: Arc<[String]>,
+    pre: SkillPre<HostState>,
+    runtime: Runtime,
+}
+
+/// `sha256:<hex>` of `bytes`: how skills are identified across the host.
+pub fn digest_of(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+impl SkillComponent {
+    /// Compiles `bytes` (off the async executor), links it against the host,
+    /// reads its manifest and instructions in a sandboxed instance, and
+    /// checks the manifest against `tools`.
+    pub async fn load(
+        runtime: &Runtime,
+        bytes: Vec<u8>,
+        tools: &ToolRegistry,
+    ) -> Result<Self, LoadError> {
+        let engine = runtime.engine().clone();
+        let digest = digest_of(&bytes);
+        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .map_err(|e| LoadError::Compile(e.to_string()))?
+            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        Self::from_component(runtime, &component, digest, tools).await
+    }
+
+    /// Links an already compiled component (e.g. from the compilation cache).
+    pub async fn from_component(
+        runtime: &Runtime,
+        component: &Component,
+        digest: String,
+        tools: &ToolRegistry,
+    ) -> Result<Self, LoadError> {
+        let instance_pre = runtime
+            .linker()
+            .instantiate_pre(component)
+            .map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        let pre = SkillPre::new(instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
+        let (raw, instructions) = describe(runtime, &pre).await?;
+        let (manifest, input_validator) = Manifest::resolve(raw, tools)?;
+        if !manifest.has_steps && instructions.trim().is_empty() {
+            return Err(LoadError::EmptyInstructions(manifest.name));
+        }
+        let allowed_tools = manifest.tools.clone().into();
+        Ok(Self {
+            inner: Arc::new(SkillInner {
+                manifest,
+                instructions,
+                digest,
+                input_validator,
+                allowed_tools,
+                pre,
+                runtime: runtime.clone(),
+            }),
+        })
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.inner.manifest
+    }
+
+    pub fn name(&self) -> &SkillName {
+        &self.inner.manifest.name
+    }
+
+    pub fn instructions(&self) -> &str {
+        &self.inner.instructions
+    }
+
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    /// Checks `input` against the manifest's parameters schema.
+    pub fn validate_input(&self, input: &Value) -> Result<(), InvokeError> {
+        crate::schema::check(&self.inner.input_validator, input).map_err(|message| {
+            InvokeError::InvalidInput {
+                skill: self.name().clone(),
+                message,
+            }
+        })
+    }
+
+    /// Runs the skill's deterministic steps on `input` in a fresh store with
+    /// the runtime's default limits.
+    pub async fn run(
+        &self,
+        input: &Value,
+        dispatch: Arc<dyn ToolDispatch>,
+    ) -> Result<RunReport, InvokeError> {
+        self.run_with_limits(input, dispatch, self.inner.runtime.config().limits)
+            .await
+    }
+
+    /// Like [`Self::run`], with explicit limits.
+    pub async fn run_with_limits(
+        &self,
+        input: &Value,
+        dispatch: Arc<dyn ToolDispatch>,
+        limits: Limits,
+    ) -> Result<RunReport, InvokeError> {
+        let skill = self.name().clone();
+        if !self.manifest().has_steps {
+            return Err(InvokeError::NoSteps { skill });
+        }
+        self.validate_input(input)?;
+        let started = Instant::now();
+        let state = HostState::new(
+            skill.clone(),
+            self.inner.allowed_tools.clone(),
+            dispatch,
+            limits,
+        );
+        let mut store = Store::new(self.inner.runtime.engine(), state);
+        arm_time_limit(&mut store);
+        let result = async {
+            let instance = self.inner.pre.instantiate_async(&mut store).await?;
+            instance.call_run(&mut store, &input.to_string()).await
+        }
+        .await;
+        let state = store.data_mut();
+        state.flush_captured_output();
+        let outcome = match result {
+            Err(trap) => return Err(state.classify_trap(&trap)),
+            Ok(Err(message)) => return Err(InvokeError::Failed { skill, message }),
+            Ok(Ok(outcome)) => outcome,
+        };
+        let outcome = match outcome {
+            types::RunOutcome::Done(text) => {
+                if let Some(error) = state.output_too_large(text.len()) {
+                    return Err(error);
+                }
+                let value =
+                    serde_json::from_str(&text).map_err(|e| InvokeError::MalformedResult {
+                        skill,
+                        message: e.to_string(),
+                    })?;
+                RunOutcome::Done(value)
+            }
+            types::RunOutcome::Handover(note) => {
+                if let Some(error) = state.output_too_large(note.len()) {
+                    return Err(error);
+                }
+                RunOutcome::Handover(note)
+            }
+        };
+        Ok(RunReport {
+            outcome,
+            tool_calls: state.take_tool_calls(),
+            elapsed: started.elapsed(),
+        })
+    }
+}
+
+/// Reads the manifest and instructions from a fresh, sandboxed instance. A
+/// guest that traps or loops here is refused like any other bad component.
+async fn describe(
+    runtime: &Runtime,
+    pre: &SkillPre<HostState>,
+) -> Result<(types::Manifest, String), LoadError> {
+    let placeholder = SkillName::new("loading").expect("a valid name");
+    let limits = runtime.config().limits;
+    let state = HostState::new(
+        placeholder,
+        Arc::from([]),
+        Arc::new(ToolRegistry::new()),
+        limits,
+    );
+    let mut store = Store::new(runtime.engine(), state);
+    arm_time_limit(&mut store);
+    let result: wasmtime::Result<_> = async {
+        let instance: Skill = pre.instantiate_async(&mut store).await?;
+        let manifest = instance.call_manifest(&mut store).await?;
+        let instructions = instance.call_instructions(&mut store).await?;
+        Ok((manifest, instructions))
+    }
+    .await;
+    store.data_mut().flush_captured_output();
+    let (manifest, instructions) = result
+        .map_err(|trap| LoadError::Describe(store.data_mut().classify_trap(&trap).to_string()))?;
+    let size = manifest.parameters.len() + manifest.description.len() + instructions.len();
+    if let Some(error) = store.data().output_too_large(size) {
+        return Err(LoadError::Describe(error.to_string()));
+    }
+    Ok((manifest, instructions))
+}

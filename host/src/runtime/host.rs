@@ -1,0 +1,410 @@
+//! What a guest can reach: the `host` interface, limits and an empty WASI.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::Value;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::skillhost::skill::{host, types};
+use super::limits::{Limit, Limits};
+use crate::skills::SkillName;
+use crate::tools::{ToolError, ToolRegistry};
+
+/// Where a skill's permitted tool calls go. The runtime has already checked
+/// the call against the manifest; implementations add what the embedding
+/// needs (confirmations, tracing) and execute.
+#[async_trait]
+pub trait ToolDispatch: Send + Sync {
+    async fn call_tool(
+        &self,
+        skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError>;
+}
+
+#[async_trait]
+impl ToolDispatch for ToolRegistry {
+    async fn call_tool(
+        &self,
+        _skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        self.call(tool, arguments).await
+    }
+}
+
+/// How deterministic steps ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// The final result.
+    Done(Value),
+    /// Continue on the LLM-driven path; the note says what is left.
+    Handover(String),
+}
+
+/// One tool call a guest made, whether or not it was executed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCallRecord {
+    pub tool: String,
+    /// What the guest was told when the call failed; `None` on success.
+    pub error: Option<String>,
+}
+
+/// The outcome of one invocation and what happened on the way.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub outcome: RunOutcome,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub elapsed: Duration,
+}
+
+/// Why an invocation failed. The host is unaffected in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("skill `{skill}` hit its {limit} limit: {detail}")]
+    LimitExceeded {
+        skill: SkillName,
+        limit: Limit,
+        detail: String,
+    },
+    #[error("input for skill `{skill}` is invalid: {message}")]
+    InvalidInput { skill: SkillName, message: String },
+    #[error("skill `{skill}` has no deterministic steps")]
+    NoSteps { skill: SkillName },
+    #[error("skill `{skill}` reported an error: {message}")]
+    Failed { skill: SkillName, message: String },
+    #[error("skill `{skill}` returned a result that is not JSON: {message}")]
+    MalformedResult { skill: SkillName, message: String },
+    #[error("skill `{skill}` trapped: {message}")]
+    Trap { skill: SkillName, message: String },
+}
+
+/// Per-invocation state: the `T` of each `Store`.
+pub struct HostState {
+    skill: SkillName,
+    /// The manifest's `tools`: the only names `call-tool` will dispatch.
+    allowed_tools: Arc<[String]>,
+    dispatch: Arc<dyn ToolDispatch>,
+    limits: Limits,
+    started: Instant,
+    /// Time spent inside tool calls, excluded from the execution-time limit.
+    time_in_tools: Duration,
+    memory_bytes: usize,
+    log_lines: u32,
+    /// The limit that ended the invocation, if one did.
+    limit_hit: Option<(Limit, String)>,
+    tool_calls: Vec<ToolCallRecord>,
+    wasi: Option<SandboxWasi>,
+    table: ResourceTable,
+}
+
+/// A WASI context that grants nothing, built only for guests that use WASI.
+struct SandboxWasi {
+    ctx: WasiCtx,
+    stdout: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+}
+
+/// Captured stdout or stderr kept per stream. Beyond this the guest's writes
+/// fail, as on a full pipe.
+const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
+/// Longest log message kept; the rest is cut with a marker.
+const LOG_MESSAGE_BYTES: usize = 4 << 10;
+/// Table elements a guest may grow to: a pointer each, so 8 MiB at most.
+const TABLE_ELEMENTS: usize = 1 << 20;
+
+impl SandboxWasi {
+    fn new() -> Self {
+        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        // Fail closed: every capability is off unless listed here. The
+        // builder's defaults already grant no files, env, args or stdin; we
+        // also turn off every socket and name lookup explicitly.
+        let ctx = WasiCtx::builder()
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        Self {
+            ctx,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+impl HostState {
+    pub(super) fn new(
+        skill: SkillName,
+        allowed_tools: Arc<[String]>,
+        dispatch: Arc<dyn ToolDispatch>,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            skill,
+            allowed_tools,
+            dispatch,
+            limits,
+            started: Instant::now(),
+            time_in_tools: Duration::ZERO,
+            memory_bytes: 0,
+            log_lines: 0,
+            limit_hit: None,
+            tool_calls: Vec::new(),
+            wasi: None,
+            table: ResourceTable::new(),
+        }
+    }
+
+    pub(super) fn take_tool_calls(&mut self) -> Vec<ToolCallRecord> {
+        std::mem::take(&mut self.tool_calls)
+    }
+
+    /// Records that `limit` ended the invocation and returns the trap.
+    fn hit(&mut self, limit: Limit, detail: String) -> wasmtime::Error {
+        let error = wasmtime::format_err!("{limit} limit exceeded: {detail}");
+        self.limit_hit.get_or_insert((limit, detail));
+        error
+    }
+
+    fn guest_time(&self) -> Duration {
+        self.started.elapsed().saturating_sub(self.time_in_tools)
+    }
+
+    /// Turns a trap into the error the caller sees: a limit when one was
+    /// hit, a trap otherwise.
+    pub(super) fn classify_trap(&mut self, error: &wasmtime::Error) -> InvokeError {
+        let skill = self.skill.clone();
+        match self.limit_hit.take() {
+            Some((limit, detail)) => InvokeError::LimitExceeded {
+                skill,
+                limit,
+                detail,
+            },
+            None => InvokeError::Trap {
+                skill,
+                message: format!("{error:#}"),
+            },
+        }
+    }
+
+    pub(super) fn output_too_large(&self, len: usize) -> Option<InvokeError> {
+        (len > self.limits.output_bytes).then(|| InvokeError::LimitExceeded {
+            skill: self.skill.clone(),
+            limit: Limit::Output,
+            detail: format!(
+                "returned {len} bytes, more than {} allowed",
+                self.limits.output_bytes
+            ),
+        })
+    }
+
+    fn log_line(&mut self, level: types::LogLevel, message: &str) {
+        self.log_lines += 1;
+        if self.log_lines > self.limits.log_lines {
+            if self.log_lines == self.limits.log_lines + 1 {
+                tracing::warn!(skill = %self.skill, "log line limit reached; further lines dropped");
+            }
+            return;
+        }
+        let message = truncate(message, LOG_MESSAGE_BYTES);
+        let skill = self.skill.as_str();
+        match level {
+            types::LogLevel::Trace => tracing::trace!(target: "skill", skill, "{message}"),
+            types::LogLevel::Debug => tracing::debug!(target: "skill", skill, "{message}"),
+            types::LogLevel::Info => tracing::info!(target: "skill", skill, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(target: "skill", skill, "{message}"),
+            types::LogLevel::Error => tracing::error!(target: "skill", skill, "{message}"),
+        }
+    }
+
+    /// Moves what the guest wrote to stdout and stderr into the log.
+    pub(super) fn flush_captured_output(&mut self) {
+        let Some(wasi) = self.wasi.take() else { return };
+        for (level, pipe) in [
+            (types::LogLevel::Info, &wasi.stdout),
+            (types::LogLevel::Warn, &wasi.stderr),
+        ] {
+            let bytes = pipe.contents();
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                self.log_line(level, line);
+            }
+        }
+    }
+
+    async fn dispatch_tool(
+        &mut self,
+        name: String,
+        arguments: String,
+    ) -> wasmtime::Result<Result<String, types::ToolError>> {
+        let calls_made = self.tool_calls.len() as u32;
+        if calls_made > self.limits.tool_calls {
+            return Err(self.hit(
+                Limit::ToolCalls,
+                format!("more than {} tool calls", self.limits.tool_calls),
+            ));
+        }
+        let result = if calls_made == self.limits.tool_calls {
+            Err(ToolError::LimitExceeded(format!(
+                "this invocation may make at most {} tool calls",
+                self.limits.tool_calls
+            )))
+        } else {
+            self.execute_tool(&name, &arguments).await
+        };
+        self.tool_calls.push(ToolCallRecord {
+            tool: name,
+            error: result.as_ref().err().map(ToString::to_string),
+        });
+        Ok(result.map_err(|error| types::ToolError {
+            kind: tool_error_kind(&error),
+            message: error.to_string(),
+        }))
+    }
+
+    async fn execute_tool(&mut self, name: &str, arguments: &str) -> Result<String, ToolError> {
+        if !self.allowed_tools.iter().any(|tool| tool == name) {
+            tracing::warn!(skill = %self.skill, tool = name, "refused a call to an undeclared tool");
+            return Err(ToolError::NotPermitted {
+                tool: name.to_owned(),
+                reason: format!(
+                    "skill `{}` does not declare it in its manifest's tools",
+                    self.skill
+                ),
+            });
+        }
+        if arguments.len() > self.limits.output_bytes {
+            return Err(ToolError::InvalidArguments {
+                tool: name.to_owned(),
+                message: format!(
+                    "arguments are {} bytes, more than {} allowed",
+                    arguments.len(),
+                    self.limits.output_bytes
+                ),
+            });
+        }
+        let arguments: Value =
+            serde_json::from_str(arguments).map_err(|e| ToolError::InvalidArguments {
+                tool: name.to_owned(),
+                message: format!("arguments are not valid JSON: {e}"),
+            })?;
+        let started = Instant::now();
+        let result = self.dispatch.call_tool(&self.skill, name, arguments).await;
+        self.time_in_tools += started.elapsed();
+        result.map(|value| value.to_string())
+    }
+}
+
+fn tool_error_kind(error: &ToolError) -> types::ToolErrorKind {
+    use types::ToolErrorKind as Kind;
+    match error {
+        ToolError::NotPermitted { .. } => Kind::NotPermitted,
+        ToolError::UnknownTool(_) => Kind::UnknownTool,
+        ToolError::InvalidArguments { .. } => Kind::InvalidArguments,
+        ToolError::Rejected(_) => Kind::Rejected,
+        ToolError::Declined(_) => Kind::Declined,
+        ToolError::LimitExceeded(_) => Kind::LimitExceeded,
+        ToolError::Failed(_) => Kind::Failed,
+    }
+}
+
+fn truncate(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if message.len() <= max {
+        return message.into();
+    }
+    let mut end = max;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} bytes cut]", &message[..end], message.len() - end).into()
+}
+
+impl host::Host for HostState {
+    async fn call_tool(
+        &mut self,
+        name: String,
+        arguments: String,
+    ) -> wasmtime::Result<Result<String, types::ToolError>> {
+        self.dispatch_tool(name, arguments).await
+    }
+
+    async fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        self.log_line(level, &message);
+        Ok(())
+    }
+}
+
+impl types::Host for HostState {}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        let wasi = self.wasi.get_or_insert_with(SandboxWasi::new);
+        WasiCtxView {
+            ctx: &mut wasi.ctx,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl ResourceLimiter for HostState {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        // Called with `current == 0` when a memory is created, so the sum of
+        // deltas is the guest's total across all its memories.
+        let total = self.memory_bytes + (desired - current);
+        if total > self.limits.memory_bytes {
+            let detail = format!(
+                "tried to grow linear memory to {total} bytes, more than {} allowed",
+                self.limits.memory_bytes
+            );
+            return Err(self.hit(Limit::Memory, detail));
+        }
+        self.memory_bytes = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= TABLE_ELEMENTS)
+    }
+}
+
+/// Arms the execution-time limit: the epoch callback runs every tick and
+/// ends the invocation once guest time (wall time minus time in tools)
+/// exceeds the limit. Otherwise it yields to the async executor so a busy
+/// guest never starves other tasks on its thread.
+pub(super) fn arm_time_limit(store: &mut Store<HostState>) {
+    store.limiter(|state| state);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(|mut store| {
+        let state = store.data_mut();
+        let used = state.guest_time();
+        if used >= state.limits.execution_time {
+            let detail = format!(
+                "ran for {} ms, more than {} ms allowed",
+                used.as_millis(),
+                state.limits.execution_time.as_millis()
+            );
+            state.hit(Limit::ExecutionTime, detail);
+            return Ok(UpdateDeadline::Interrupt);
+        }
+        Ok(UpdateDeadline::Yield(1))
+    });
+}

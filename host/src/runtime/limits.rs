@@ -1,0 +1,66 @@
+//! Per-invocation limits. Every default is set here and documented here.
+
+use std::time::Duration;
+
+/// Bounds on one skill invocation (one fresh `Store`). Exceeding any of them
+/// ends that invocation with [`super::InvokeError::LimitExceeded`] naming the
+/// limit; the host and other invocations carry on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Guest execution time, measured by epoch ticks. Time spent inside tool
+    /// calls does not count (a tool may wait on I/O or on a person's
+    /// approval); only the guest's own computation does.
+    /// Default: 2 s — deterministic steps are glue code that should finish in
+    /// microseconds; two seconds catches a runaway loop without cutting off a
+    /// slow-but-honest guest such as an interpreted language runtime.
+    pub execution_time: Duration,
+    /// Linear memory the guest may grow to, summed over all its memories.
+    /// Default: 64 MiB — enough for a Rust guest (which needs about 1 MiB) or
+    /// an interpreted runtime's heap, small enough that hundreds of concurrent
+    /// invocations fit in memory.
+    pub memory_bytes: usize,
+    /// Tool calls one invocation may make. The first call over the budget
+    /// gets a `limit-exceeded` tool error so a guest can wind down; any call
+    /// after that ends the invocation. Default: 32 — the articles' skills
+    /// make two or three calls.
+    pub tool_calls: u32,
+    /// Size of the result a guest returns (and of each tool-call argument
+    /// string it passes). Default: 1 MiB — a result goes into an LLM context,
+    /// where even 1 MiB is far too much.
+    pub output_bytes: usize,
+    /// Log lines one invocation may write through `log` (and captured
+    /// stdout/stderr); further lines are dropped with one notice. Default: 256.
+    pub log_lines: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            execution_time: Duration::from_secs(2),
+            memory_bytes: 64 << 20,
+            tool_calls: 32,
+            output_bytes: 1 << 20,
+            log_lines: 256,
+        }
+    }
+}
+
+/// Which limit an invocation hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    ExecutionTime,
+    Memory,
+    ToolCalls,
+    Output,
+}
+
+impl std::fmt::Display for Limit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Limit::ExecutionTime => "execution-time",
+            Limit::Memory => "memory",
+            Limit::ToolCalls => "tool-call",
+            Limit::Output => "output-size",
+        })
+    }
+}

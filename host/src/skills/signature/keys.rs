@@ -1,0 +1,395 @@
+//! Ed25519 keys: fingerprints, public keys, signing keys, and the trust
+//! store of public keys that skills must be signed with.
+//!
+//! Key files use the formats wasmsign2 reads, so keys move freely between
+//! `skillhost` and the `wasmsign2` CLI: wasmsign2's raw encoding (a type byte
+//! then the key: `0x01` + 32 bytes public, `0x81` + 64 bytes secret; what
+//! `skillhost keygen` and `wasmsign2 keygen` write), DER, PEM, and OpenSSH
+//! (`ssh-ed25519 AAAA…` public keys, unencrypted `openssh-key-v1` secret
+//! keys).
+
+use std::fmt;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// A short, stable identifier of an Ed25519 public key: the first 8 bytes
+/// of the SHA-256 of the raw 32-byte key, shown as 16 hex digits.
+///
+/// The same key has the same fingerprint whatever file format it was read
+/// from. (Signatures themselves carry wasmsign2's own *key id*, see
+/// [`PublicKey::key_id`].)
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint([u8; 8]);
+
+impl Fingerprint {
+    /// The fingerprint of a raw 32-byte Ed25519 public key.
+    pub fn of(raw_public_key: &[u8; 32]) -> Self {
+        let digest = Sha256::digest(raw_public_key);
+        let mut short = [0u8; 8];
+        short.copy_from_slice(&digest[..8]);
+        Self(short)
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Fingerprint({self})")
+    }
+}
+
+impl serde::Serialize for Fingerprint {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Why bytes are not a usable Ed25519 key.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidKey(String);
+
+/// A failure to read, write or assemble keys.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The file system refused.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// What the operating system said.
+        error: std::io::Error,
+    },
+    /// A file that should hold a key does not hold a usable one.
+    #[error("{}: {error}", path.display())]
+    Invalid {
+        /// The offending file.
+        path: PathBuf,
+        /// What is wrong with its content.
+        error: InvalidKey,
+    },
+    /// A trust-store directory holds something that is not a key file.
+    #[error("{}: not a regular file; a trust directory holds only public key files", path.display())]
+    NotAKeyFile {
+        /// The offending entry.
+        path: PathBuf,
+    },
+    /// The trust store would be empty. An empty store is refused rather than
+    /// treated as "trust nothing" or, worse, "trust everything".
+    #[error(
+        "no trusted keys (looked in: {}); refusing to build an empty trust store",
+        list(sources)
+    )]
+    NoTrustedKeys {
+        /// The directories and files that were searched.
+        sources: Vec<PathBuf>,
+    },
+    /// Writing a key would replace an existing file.
+    #[error("{} already exists; refusing to overwrite a key file", path.display())]
+    Exists {
+        /// The existing file.
+        path: PathBuf,
+    },
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "nothing".into();
+    }
+    paths
+        .iter()
+        .map(|path| path.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// An Ed25519 public key that signatures can be checked against.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    /// wasmsign2's key, with its default key id attached (the id
+    /// `wasmsign2 sign -K` and `skillhost sign` embed in signatures).
+    pub(super) inner: wasmsign2::PublicKey,
+    fingerprint: Fingerprint,
+}
+
+impl PublicKey {
+    /// Parses a public key in any format wasmsign2 reads: raw (`0x01` +
+    /// 32 bytes), DER, PEM, or one OpenSSH `ssh-ed25519` line.
+    ///
+    /// Refuses files with several OpenSSH keys (one key per file keeps the
+    /// trust store's listing honest) and keys that are not a valid curve
+    /// point or have a small order (such keys can never verify anything).
+    pub fn parse(data: &[u8]) -> Result<Self, InvalidKey> {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let ssh_lines = text
+                .lines()
+                .filter(|line| line.trim_start().starts_with("ssh-"))
+                .count();
+            if ssh_lines > 1 {
+                return Err(InvalidKey(format!(
+                    "holds {ssh_lines} OpenSSH keys; put one key per file"
+                )));
+            }
+        }
+        let inner = wasmsign2::PublicKey::from_any(data).map_err(|_| {
+            InvalidKey(
+                "not an Ed25519 public key in a supported format \
+                 (wasmsign2 raw, DER, PEM or OpenSSH ssh-ed25519)"
+                    .into(),
+            )
+        })?;
+        inner
+            .pk
+            .validate()
+            .map_err(|error| InvalidKey(format!("not a usable Ed25519 public key: {error}")))?;
+        Ok(Self::from_ed25519(inner.pk))
+    }
+
+    /// Reads and parses a public key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let data = fs::read(path).map_err(|error| KeyError::Io {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::parse(&data).map_err(|error| KeyError::Invalid {
+            path: path.to_owned(),
+            error,
+        })
+    }
+
+    fn from_ed25519(pk: ed25519_compact::PublicKey) -> Self {
+        let inner = wasmsign2::PublicKey { pk, key_id: None }.attach_default_key_id();
+        let fingerprint = Fingerprint::of(&inner.pk);
+        Self { inner, fingerprint }
+    }
+
+    /// This key's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint
+    }
+
+    /// wasmsign2's key id for this key (HMAC-SHA-256 of the key under
+    /// `"key_id"`, first 12 bytes): what signatures made by this key carry
+    /// to say who made them.
+    pub fn key_id(&self) -> &[u8] {
+        self.inner.key_id.as_deref().unwrap_or_default()
+    }
+
+    /// The key in wasmsign2's raw encoding (`0x01` + 32 bytes), the format
+    /// `skillhost keygen` writes to `<prefix>.pub`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.inner.to_bytes()
+    }
+
+    /// Whether `signature` is a valid Ed25519 signature of `message` by this
+    /// key.
+    pub(super) fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+        ed25519_compact::Signature::from_slice(signature)
+            .is_ok_and(|signature| self.inner.pk.verify(message, &signature).is_ok())
+    }
+}
+
+impl fmt::Debug for PublicKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PublicKey({})", self.fingerprint)
+    }
+}
+
+/// An Ed25519 secret key that signs skills.
+#[derive(Clone)]
+pub struct SigningKey {
+    pub(super) secret: wasmsign2::SecretKey,
+    public: PublicKey,
+}
+
+impl SigningKey {
+    /// A fresh key pair from the operating system's random number generator.
+    pub fn generate() -> Self {
+        let pair = wasmsign2::KeyPair::generate();
+        Self {
+            secret: pair.sk,
+            public: PublicKey::from_ed25519(pair.pk.pk),
+        }
+    }
+
+    /// Parses a secret key in any format wasmsign2 reads: raw (`0x81` +
+    /// 64 bytes), DER, PEM, or an unencrypted OpenSSH private key.
+    ///
+    /// The public half stored in the key must match the one derived from
+    /// its seed; a corrupted key is refused rather than left to produce
+    /// signatures nobody can verify.
+    pub fn parse(data: &[u8]) -> Result<Self, InvalidKey> {
+        let secret = wasmsign2::SecretKey::from_any(data).map_err(|_| {
+            InvalidKey(
+                "not an Ed25519 secret key in a supported format \
+                 (wasmsign2 raw, DER, PEM or unencrypted OpenSSH)"
+                    .into(),
+            )
+        })?;
+        let public = secret.sk.public_key();
+        secret.sk.validate_public_key(&public).map_err(|_| {
+            InvalidKey("corrupted Ed25519 secret key: its two halves do not match".into())
+        })?;
+        Ok(Self {
+            public: PublicKey::from_ed25519(public),
+            secret,
+        })
+    }
+
+    /// Reads and parses a secret key file.
+    pub fn load(path: &Path) -> Result<Self, KeyError> {
+        let data = fs::read(path).map_err(|error| KeyError::Io {
+            path: path.to_owned(),
+            error,
+        })?;
+        Self::parse(&data).map_err(|error| KeyError::Invalid {
+            path: path.to_owned(),
+            error,
+        })
+    }
+
+    /// The public half of this key.
+    pub fn public_key(&self) -> &PublicKey {
+        &self.public
+    }
+
+    /// The key in wasmsign2's raw encoding (`0x81` + 64 bytes), the format
+    /// `skillhost keygen` writes to `<prefix>.key`. Keep it secret.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.secret.to_bytes()
+    }
+}
+
+impl fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the secret.
+        write!(f, "SigningKey({})", self.public.fingerprint)
+    }
+}
+
+/// A public key the host trusts, with where it came from.
+#[derive(Debug, Clone)]
+pub struct TrustedKey {
+    key: PublicKey,
+    source: PathBuf,
+}
+
+impl TrustedKey {
+    /// Trusts `key`; `source` says where it came from (shown in listings
+    /// and errors), normally its file.
+    pub fn new(key: PublicKey, source: impl Into<PathBuf>) -> Self {
+        Self {
+            key,
+            source: source.into(),
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &PublicKey {
+        &self.key
+    }
+
+    /// The key's fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.key.fingerprint
+    }
+
+    /// Where the key came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+}
+
+/// The set of public keys skills must be signed with; several at once so
+/// that keys can be rotated (trust old and new, re-sign, drop the old).
+///
+/// Never empty: construction fails with [`KeyError::NoTrustedKeys`] rather
+/// than producing a store that trusts nothing (or that a caller might
+/// mistake for "no checks").
+#[derive(Debug, Clone)]
+pub struct TrustStore {
+    keys: Vec<TrustedKey>,
+}
+
+impl TrustStore {
+    /// A store of exactly these keys, in this order (the order in which
+    /// signers are reported). A key given twice is kept once, with its first
+    /// source.
+    pub fn new(keys: impl IntoIterator<Item = TrustedKey>) -> Result<Self, KeyError> {
+        let mut unique: Vec<TrustedKey> = Vec::new();
+        for key in keys {
+            if !unique.iter().any(|known| known.key == key.key) {
+                unique.push(key);
+            }
+        }
+        if unique.is_empty() {
+            return Err(KeyError::NoTrustedKeys {
+                sources: Vec::new(),
+            });
+        }
+        Ok(Self { keys: unique })
+    }
+
+    /// Loads the keys at `paths`: each is either a public key file or a
+    /// directory of public key files.
+    ///
+    /// In a directory, every entry whose name does not start with `.` must be
+    /// a regular file holding exactly one public key; anything else (a
+    /// subdirectory, a secret key, a README) is an error, not skipped, so a
+    /// misplaced file is noticed. Hidden entries (`.gitkeep`, editor swap
+    /// files) are skipped. Entries are read in name order. Fails with
+    /// [`KeyError::NoTrustedKeys`] when no key is found at all.
+    pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<Self, KeyError> {
+        let mut keys = Vec::new();
+        for path in paths {
+            let path = path.as_ref();
+            let io_error = |error| KeyError::Io {
+                path: path.to_owned(),
+                error,
+            };
+            if fs::metadata(path).map_err(io_error)?.is_dir() {
+                let mut entries = Vec::new();
+                for entry in fs::read_dir(path).map_err(io_error)? {
+                    let entry = entry.map_err(io_error)?;
+                    if !entry.file_name().to_string_lossy().starts_with('.') {
+                        entries.push(entry.path());
+                    }
+                }
+                entries.sort();
+                for entry in entries {
+                    // `metadata` follows symlinks: a link to a key file is fine.
+                    let is_file = fs::metadata(&entry)
+                        .map_err(|error| KeyError::Io {
+                            path: entry.clone(),
+                            error,
+                        })?
+                        .is_file();
+                    if !is_file {
+                        return Err(KeyError::NotAKeyFile { path: entry });
+                    }
+                    keys.push(TrustedKey::new(PublicKey::load(&entry)?, entry));
+                }
+            } else {
+                keys.push(TrustedKey::new(PublicKey::load(path)?, path));
+            }
+        }
+        Self::new(keys).map_err(|error| match error {
+            KeyError::NoTrustedKeys { .. } => KeyError::NoTrustedKeys {
+                sources: paths.iter().map(|path| path.as_ref().to_owned()).collect(),
+            },
+            other => other,
+        })
+    }
+
+    /// The trusted keys, in order.
+    pub fn keys(&self) -> &[TrustedKey] {
+        &self.keys
+    }
+}

@@ -1,0 +1,250 @@
+//! The demo shop's SQLite database: opening, schema, seed and the read-only
+//! accessors tests use. The business operations are in `shop.rs`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::clock::DemoClock;
+
+const SCHEMA: &str = include_str!("schema.sql");
+const SEED: &str = include_str!("seed.sql");
+/// The schema version this build creates and reads (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// The "Bit Select" shop of the articles in an embedded SQLite database.
+///
+/// A new database (a missing or empty file, or memory) gets the schema and
+/// the seed data; an existing file is used as it is, so writes persist across
+/// runs. All access goes through one connection behind a mutex: every query is
+/// a few microseconds, and holding the lock across a check and its write makes
+/// each operation atomic.
+pub struct DemoDb {
+    conn: Mutex<Connection>,
+    clock: DemoClock,
+}
+
+/// Why the demo database could not be opened or read.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoDbError {
+    #[error("cannot open the demo database at {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("demo database schema version {found} is not the supported version {supported}")]
+    UnsupportedSchema { found: i64, supported: i64 },
+    #[error("demo database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+impl DemoDb {
+    /// Opens (or creates and seeds) the database file at `path`. Uses the
+    /// system clock; see [`DemoDb::with_clock`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, DemoDbError> {
+        let path = path.as_ref();
+        let conn = Connection::open(path).map_err(|source| DemoDbError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::init(conn)
+    }
+
+    /// A fresh, seeded database in memory; nothing persists.
+    pub fn in_memory() -> Result<Self, DemoDbError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    /// Replaces the clock (the system clock by default), e.g. with a fixed
+    /// instant so that refund ids are stable in tests.
+    #[must_use]
+    pub fn with_clock(mut self, clock: DemoClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock the shop reads "now" from.
+    pub fn clock(&self) -> DemoClock {
+        self.clock
+    }
+
+    fn init(mut conn: Connection) -> Result<Self, DemoDbError> {
+        conn.pragma_update(None, "foreign_keys", true)?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        match version {
+            0 => {
+                let tx = conn.transaction()?;
+                tx.execute_batch(SCHEMA)?;
+                tx.execute_batch(SEED)?;
+                tx.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+                tx.commit()?;
+            }
+            SCHEMA_VERSION => {}
+            found => {
+                return Err(DemoDbError::UnsupportedSchema {
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+            clock: DemoClock::default(),
+        })
+    }
+
+    /// The connection, for one operation. A panic while the lock was held
+    /// cannot leave half a write behind (writes run in a transaction that
+    /// rolls back when dropped), so a poisoned lock is safe to take over.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The status of an order, `None` when there is no such order.
+    pub fn order_status(&self, order_id: &str) -> Result<Option<OrderStatus>, DemoDbError> {
+        let status = self
+            .lock()
+            .query_row(
+                "SELECT status FROM orders WHERE order_id = ?1",
+                params![order_id],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(status)
+    }
+
+    /// The refunds recorded for an order, oldest first.
+    pub fn refunds_for(&self, order_id: &str) -> Result<Vec<Refund>, DemoDbError> {
+        let conn = self.lock();
+        let mut statement = conn.prepare_cached(
+            "SELECT refund_id, order_id, reason, amount_cents, status, created_at
+             FROM refunds WHERE order_id = ?1 ORDER BY created_at, refund_id",
+        )?;
+        let refunds = statement
+            .query_map(params![order_id], |row| {
+                Ok(Refund {
+                    refund_id: row.get(0)?,
+                    order_id: row.get(1)?,
+                    reason: row.get(2)?,
+                    amount_cents: row.get(3)?,
+                    status: row.get(4)?,
+                    created_at: row.get(5)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(refunds)
+    }
+}
+
+/// The life cycle of an order. Stored and shown as snake_case text.
+///
+/// `pending_payment` → `paid` → `shipped` → `delivered`; `cancelled` before
+/// shipping; `refunded` once a refund of a delivered order has completed (a
+/// refund that is still `processing` leaves the order `delivered`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrderStatus {
+    PendingPayment,
+    Paid,
+    Shipped,
+    Delivered,
+    Cancelled,
+    Refunded,
+}
+
+impl OrderStatus {
+    const ALL: [Self; 6] = [
+        Self::PendingPayment,
+        Self::Paid,
+        Self::Shipped,
+        Self::Delivered,
+        Self::Cancelled,
+        Self::Refunded,
+    ];
+
+    /// The snake_case name, e.g. `pending_payment`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PendingPayment => "pending_payment",
+            Self::Paid => "paid",
+            Self::Shipped => "shipped",
+            Self::Delivered => "delivered",
+            Self::Cancelled => "cancelled",
+            Self::Refunded => "refunded",
+        }
+    }
+
+    /// Not shipped yet: the order can still be cancelled or redirected.
+    pub(super) fn before_shipping(self) -> bool {
+        matches!(self, Self::PendingPayment | Self::Paid)
+    }
+}
+
+/// Where a refund is: money on its way back, or back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefundStatus {
+    Processing,
+    Completed,
+}
+
+impl RefundStatus {
+    const ALL: [Self; 2] = [Self::Processing, Self::Completed];
+
+    /// The snake_case name, e.g. `processing`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Processing => "processing",
+            Self::Completed => "completed",
+        }
+    }
+}
+
+/// Text columns that hold one of a fixed set of names.
+macro_rules! sql_text_enum {
+    ($type:ty) => {
+        impl fmt::Display for $type {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromSql for $type {
+            fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+                let text = value.as_str()?;
+                <$type>::ALL
+                    .into_iter()
+                    .find(|variant| variant.as_str() == text)
+                    .ok_or_else(|| {
+                        FromSqlError::Other(
+                            format!("unknown {} `{text}`", stringify!($type)).into(),
+                        )
+                    })
+            }
+        }
+
+        impl ToSql for $type {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+    };
+}
+
+sql_text_enum!(OrderStatus);
+sql_text_enum!(RefundStatus);
+
+/// A refund as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refund {
+    /// `RF` + shop-local date + a 3-digit sequence of the day, e.g. `RF20260629001`.
+    pub refund_id: String,
+    pub order_id: String,
+    pub reason: String,
+    /// In cents (CNY fen).
+    pub amount_cents: i64,
+    pub status: RefundStatus,
+    /// Shop-local `YYYY-MM-DD HH:MM:SS`.
+    pub created_at: String,
+}

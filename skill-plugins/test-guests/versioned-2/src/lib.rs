@@ -1,0 +1,2 @@
+//! The `versioned` test guest at the version in Cargo.toml.
+include!("../../versioned.rs");

@@ -1,0 +1,177 @@
+//! What the agent tests share: the demo shop with a chosen set of tools and
+//! bundled skills, an agent on the scripted LLM, and ways to read a run's
+//! events.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+use skillhost::agent::llm::{LlmClient, LlmConfig};
+use skillhost::agent::{
+    Agent, AgentConfig, AgentEvent, CallOutcome, Caller, PendingConfirmation, Resolution,
+};
+use skillhost::runtime::{Runtime, RuntimeConfig};
+use skillhost::skills::{SkillName, SkillRegistry};
+use skillhost::tools::demo::{DemoClock, DemoDb};
+use skillhost::tools::{Tool, ToolRegistry};
+
+use crate::support::fixtures::skill_file;
+use crate::support::scripted_llm::ScriptedLlm;
+
+/// The article's refund request.
+pub const REFUND_REQUEST: &str = "my order 88231 robot vacuum is broken, refund it";
+
+/// The demo shop with some of its tools and some bundled skills loaded.
+pub struct Shop {
+    pub db: Arc<DemoDb>,
+    pub skills: Arc<SkillRegistry>,
+    /// Holds the skills directory for as long as the shop lives.
+    _dir: TempDir,
+}
+
+impl Shop {
+    /// `tools` on a fresh database whose clock is fixed at 2026-06-29 14:00
+    /// (the first refund is `RF20260629001`), and the bundled `skills`.
+    /// Panics if any skill fails to load, so a broken setup fails loudly.
+    pub async fn new(
+        tools: impl FnOnce(Arc<DemoDb>) -> Vec<Arc<dyn Tool>>,
+        skills: &[&str],
+    ) -> Self {
+        let clock = DemoClock::Fixed("2026-06-29 14:00:00".parse().expect("a shop time"));
+        let db = Arc::new(
+            DemoDb::in_memory()
+                .expect("the demo database")
+                .with_clock(clock),
+        );
+        let mut registry = ToolRegistry::new();
+        for tool in tools(db.clone()) {
+            registry.register(tool).expect("registering a demo tool");
+        }
+        let dir = tempfile::tempdir().expect("a temporary skills directory");
+        for skill in skills {
+            std::fs::copy(skill_file(skill), dir.path().join(format!("{skill}.wasm")))
+                .expect("copying a bundled skill");
+        }
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_instances: 8,
+            ..RuntimeConfig::default()
+        })
+        .expect("the runtime");
+        let registry = SkillRegistry::load_dir(runtime, Arc::new(registry), dir.path())
+            .await
+            .expect("loading the skills directory");
+        let snapshot = registry.snapshot();
+        let failures: Vec<_> = snapshot.failures().collect();
+        assert!(failures.is_empty(), "skills failed to load: {failures:?}");
+        assert_eq!(snapshot.len(), skills.len());
+        Self {
+            db,
+            skills: Arc::new(registry),
+            _dir: dir,
+        }
+    }
+
+    /// An agent on the scripted LLM with `config`.
+    pub fn agent(&self, llm: &ScriptedLlm, config: AgentConfig) -> Agent {
+        Agent::builder(self.skills.clone())
+            .llm(client(llm))
+            .config(config)
+            .build()
+    }
+}
+
+/// A client for the scripted server with fast retries.
+pub fn client(llm: &ScriptedLlm) -> LlmClient {
+    LlmClient::new(LlmConfig {
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(5),
+        ..LlmConfig::new(llm.base_url(), "test-model")
+    })
+    .expect("a client for the scripted server")
+}
+
+pub fn skill(name: &str) -> SkillName {
+    SkillName::new(name).expect("a valid skill name")
+}
+
+/// The function lists of the rounds of `caller`, in order.
+pub fn rounds_of(events: &[AgentEvent], caller: &Caller) -> Vec<Vec<String>> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::RoundStarted {
+                caller: of,
+                functions,
+                ..
+            } if of == caller => Some(functions.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(tool, arguments, outcome)` of every `ToolCalled` event of `caller`.
+pub fn calls_of(events: &[AgentEvent], caller: &Caller) -> Vec<(String, Value, CallOutcome)> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ToolCalled {
+                caller: of,
+                tool,
+                arguments,
+                outcome,
+            } if of == caller => Some((tool.clone(), arguments.clone(), outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The names of the tools `caller` called, in order.
+pub fn tools_called(events: &[AgentEvent], caller: &Caller) -> Vec<String> {
+    calls_of(events, caller)
+        .into_iter()
+        .map(|(tool, _, _)| tool)
+        .collect()
+}
+
+/// The refusal reason of a call's outcome; panics on any other outcome.
+pub fn refusal(outcome: &CallOutcome) -> &str {
+    match outcome {
+        CallOutcome::Refused { reason } => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// Every confirmation the run asked for.
+pub fn confirmations(events: &[AgentEvent]) -> Vec<PendingConfirmation> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ConfirmationPending(pending) => Some(pending.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How every confirmation of the run ended.
+pub fn resolutions(events: &[AgentEvent]) -> Vec<Resolution> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::ConfirmationResolved { resolution, .. } => Some(resolution.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The content of the tool message answering the call `call_id` in a
+/// recorded request's messages.
+pub fn tool_result(messages: &[Value], call_id: &str) -> String {
+    messages
+        .iter()
+        .find(|message| message["role"] == "tool" && message["tool_call_id"] == call_id)
+        .and_then(|message| message["content"].as_str())
+        .unwrap_or_else(|| panic!("no tool result for {call_id} in {messages:#?}"))
+        .to_owned()
+}

@@ -1,0 +1,572 @@
+//! Article 003: skills as functions run by the scoped sub-agent executor,
+//! with progressive disclosure, and confirmations of write tools.
+//!
+//! Setup: the article's five tools and its two skills, `processRefund` and
+//! `inquireOrderStatus`; keep-public `queryOrder`, `searchKnowledge`,
+//! `getCurrentTime`, so `applyRefund` and `queryLogistics` are absorbed.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use skillhost::agent::catalog::DisclosureConfig;
+use skillhost::agent::{
+    AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
+    Resolution, SkillPath,
+};
+use skillhost::tools::demo::article_003_tools;
+
+use crate::agent_common::{
+    REFUND_REQUEST, Shop, calls_of, confirmations, refusal, resolutions, rounds_of, skill,
+    tool_result, tools_called,
+};
+use crate::support::scripted_llm::{ScriptedLlm, Step};
+
+async fn shop() -> Shop {
+    Shop::new(article_003_tools, &["processRefund", "inquireOrderStatus"]).await
+}
+
+/// Article 003's disclosure: skills as functions, three tools kept public.
+fn config() -> AgentConfig {
+    AgentConfig {
+        disclosure: DisclosureConfig {
+            keep_public: ["queryOrder", "searchKnowledge", "getCurrentTime"]
+                .map(String::from)
+                .into(),
+            ..DisclosureConfig::default()
+        },
+        ..AgentConfig::default()
+    }
+}
+
+fn refund_call() -> Step {
+    Step::tool_call(
+        "processRefund",
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+    )
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_the_skill() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("Your refund RF20260629001 for the S10 Pro is on its way (1-3 business days)."),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let processing = Caller::Skill(skill("processRefund"));
+    let mut run = agent.ask(REFUND_REQUEST).unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = run.events.recv().await {
+        if let AgentEvent::ConfirmationPending(pending) = &event {
+            // The guest is paused inside call-tool; nothing is written yet.
+            assert_eq!(pending.caller, processing);
+            assert_eq!(pending.tool, "applyRefund");
+            assert_eq!(
+                pending.arguments,
+                json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
+            );
+            assert_eq!(
+                pending.summary,
+                "applyRefund: orderId '88231', reason 'the robot vacuum is broken'"
+            );
+            assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+            let approved = agent.confirmations().approve(pending.id.as_str()).unwrap();
+            assert_eq!(approved.arguments, pending.arguments);
+        }
+        events.push(event);
+    }
+    let output = run.result().await.unwrap();
+
+    // 2 main rounds, 2 LLM calls: the steps need none.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(output.rounds, 2);
+    assert_eq!(output.stats.llm_calls, 2);
+    // Progressive disclosure: 5 functions, applyRefund and queryLogistics absorbed.
+    assert_eq!(
+        sorted(requests[0].tool_names()),
+        [
+            "getCurrentTime",
+            "inquireOrderStatus",
+            "processRefund",
+            "queryOrder",
+            "searchKnowledge"
+        ]
+    );
+    assert_eq!(
+        rounds_of(&events, &Caller::Main),
+        [requests[0].tool_names(), requests[1].tool_names()]
+    );
+    // The skill ran its steps in its scope: queryOrder then applyRefund.
+    assert!(events.iter().any(|event| matches!(
+        event,
+        AgentEvent::SkillStarted { skill: name, path: SkillPath::Steps, .. } if name.as_str() == "processRefund"
+    )));
+    assert_eq!(
+        tools_called(&events, &processing),
+        ["queryOrder", "applyRefund"]
+    );
+    assert_eq!(
+        shop.skills.get("processRefund").unwrap().manifest().tools,
+        ["queryOrder", "applyRefund"]
+    );
+    assert_eq!(resolutions(&events), [Resolution::Approved]);
+    // The refund is written.
+    let refunds = shop.db.refunds_for("88231").unwrap();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0].refund_id, "RF20260629001");
+    // The main agent saw one tool message: the skill's final result.
+    let roles: Vec<_> = requests[1]
+        .messages()
+        .iter()
+        .map(|message| message["role"].clone())
+        .collect();
+    assert_eq!(roles, ["system", "user", "assistant", "tool"]);
+    let result: Value =
+        serde_json::from_str(&tool_result(requests[1].messages(), "call_1_0")).unwrap();
+    assert_eq!(result["refunded"], true);
+    assert_eq!(result["refundId"], "RF20260629001");
+    assert!(
+        calls_of(&events, &Caller::Main).is_empty(),
+        "the skill call is reported as a skill run"
+    );
+    assert!(matches!(events.last(), Some(AgentEvent::Answer { text }) if *text == output.answer));
+}
+
+#[tokio::test]
+async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::tool_call("queryOrder", json!({"orderId": "88231"}))
+            .streamed(true)
+            .fragments(3),
+        Step::tool_call(
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .streamed(true)
+        .fragments(4),
+        Step::text(
+            "Refund RF20260629001 submitted for the Bit S10 Pro robot vacuum; 1-3 business days.",
+        )
+        .streamed(true)
+        .fragments(5),
+        Step::text("Your refund RF20260629001 is on its way."),
+    ])
+    .await;
+    // Forced down the LLM-driven path; this test approves writes by configuration.
+    let agent = shop.agent(
+        &llm,
+        AgentConfig {
+            use_steps: false,
+            confirmation: ConfirmationPolicy::default().auto_approve("applyRefund"),
+            ..config()
+        },
+    );
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    let output = finished.result.unwrap();
+
+    // LLM calls per refund: 2 with steps (above), 5 without.
+    assert_eq!(output.stats.llm_calls, 5);
+    assert_eq!(output.rounds, 2);
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 5);
+    let processing = Caller::Skill(skill("processRefund"));
+    // The sub-agent's scope: exactly the skill's tools, its instructions, its input.
+    let scope = rounds_of(&finished.events, &processing);
+    assert_eq!(
+        scope,
+        vec![vec!["queryOrder".to_owned(), "applyRefund".to_owned()]; 3]
+    );
+    assert_eq!(requests[1].tool_names(), ["queryOrder", "applyRefund"]);
+    let sub_messages = requests[1].messages();
+    let instructions = shop
+        .skills
+        .get("processRefund")
+        .unwrap()
+        .instructions()
+        .to_owned();
+    assert_eq!(
+        sub_messages[0],
+        json!({"role": "system", "content": instructions})
+    );
+    assert_eq!(sub_messages[1]["role"], "user");
+    let input: Value = serde_json::from_str(sub_messages[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        input,
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
+    );
+    assert!(finished.events.iter().any(|event| matches!(
+        event,
+        AgentEvent::SkillStarted {
+            path: SkillPath::Llm,
+            ..
+        }
+    )));
+    assert_eq!(
+        tools_called(&finished.events, &processing),
+        ["queryOrder", "applyRefund"]
+    );
+    assert!(confirmations(&finished.events).is_empty(), "auto-approved");
+    assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
+    // The main agent's second round sees the sub-agent's final text only.
+    assert_eq!(
+        tool_result(requests[4].messages(), "call_1_0"),
+        "Refund RF20260629001 submitted for the Bit S10 Pro robot vacuum; 1-3 business days."
+    );
+    assert_eq!(requests[4].messages().len(), 4);
+}
+
+#[tokio::test]
+async fn order_inquiry_runs_its_steps_without_confirmation() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
+        Step::text(
+            "Order 88231 (S10 Pro) was delivered: SF1234567890, signed for by the recipient.",
+        ),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let finished = agent
+        .ask("where is my order 88231?")
+        .unwrap()
+        .finish_with(|pending| panic!("reads need no approval: {pending:?}"))
+        .await;
+    let output = finished.result.unwrap();
+    assert_eq!(output.rounds, 2);
+    assert_eq!(llm.requests().len(), 2);
+    let inquiring = Caller::Skill(skill("inquireOrderStatus"));
+    assert_eq!(
+        tools_called(&finished.events, &inquiring),
+        ["queryOrder", "queryLogistics"]
+    );
+    let result = tool_result(llm.requests()[1].messages(), "call_1_0");
+    assert!(result.contains("SF1234567890"), "{result}");
+    let finished_skill = finished.events.iter().find_map(|event| match event {
+        AgentEvent::SkillFinished { outcome, .. } => Some(outcome.clone()),
+        _ => None,
+    });
+    assert!(matches!(finished_skill, Some(CallOutcome::Done { .. })));
+}
+
+#[tokio::test]
+async fn an_absorbed_tool_is_refused_and_never_executed() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        ),
+        Step::text("Let me use the refund procedure."),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Approve)
+        .await;
+    finished.result.unwrap();
+    let calls = calls_of(&finished.events, &Caller::Main);
+    assert_eq!(calls.len(), 1);
+    let reason = refusal(&calls[0].2);
+    assert!(reason.contains("call the skill instead"), "{reason}");
+    assert!(confirmations(&finished.events).is_empty());
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_sub_agent_call_outside_the_skill_scope_is_refused() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
+        // The sub-agent reaches for a write it does not declare.
+        Step::tool_call(
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        ),
+        Step::text("Order 88231 is delivered; I cannot refund it from here."),
+        Step::text("Order 88231 was delivered."),
+    ])
+    .await;
+    let agent = shop.agent(
+        &llm,
+        AgentConfig {
+            use_steps: false,
+            ..config()
+        },
+    );
+    let finished = agent
+        .ask("where is 88231?")
+        .unwrap()
+        .finish_with(|_| Decision::Approve)
+        .await;
+    finished.result.unwrap();
+    let inquiring = Caller::Skill(skill("inquireOrderStatus"));
+    assert_eq!(
+        llm.requests()[1].tool_names(),
+        ["queryOrder", "queryLogistics"]
+    );
+    let calls = calls_of(&finished.events, &inquiring);
+    assert_eq!(calls.len(), 1);
+    let reason = refusal(&calls[0].2);
+    assert!(
+        reason.contains("not available to skill inquireOrderStatus")
+            && reason.contains("queryOrder, queryLogistics"),
+        "{reason}"
+    );
+    assert!(tool_result(llm.requests()[2].messages(), "call_2_0").contains("not available"));
+    assert!(
+        confirmations(&finished.events).is_empty(),
+        "never reached execution"
+    );
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_rejection_inside_the_skill_steps_is_reported_and_writes_nothing() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("The refund was not submitted, as you declined it."),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Reject(None))
+        .await;
+    finished.result.unwrap();
+    assert_eq!(
+        resolutions(&finished.events),
+        [Resolution::Declined(Declined::Rejected { reason: None })]
+    );
+    // The guest got a `declined` tool error and said so in its result.
+    let result: Value =
+        serde_json::from_str(&tool_result(llm.requests()[1].messages(), "call_1_0")).unwrap();
+    assert_eq!(result["refunded"], false);
+    assert!(
+        result["message"].as_str().unwrap().contains("declined"),
+        "{result}"
+    );
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_unanswered_confirmation_expires_as_a_rejection() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        ),
+        Step::respond_with(|body| {
+            let content = body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+            assert!(content.as_str().unwrap().contains("expired"), "{content}");
+            Step::text("The refund request timed out; nothing was done.")
+        }),
+    ])
+    .await;
+    // applyRefund offered directly (no disclosure), with a short expiry.
+    let mut config = config();
+    config.disclosure.progressive_disclosure = false;
+    config.confirmation.expiry = Duration::from_millis(200);
+    let agent = shop.agent(&llm, config);
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    finished.result.unwrap();
+    let pending = confirmations(&finished.events);
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        resolutions(&finished.events),
+        [Resolution::Declined(Declined::Expired {
+            after: Duration::from_millis(200)
+        })]
+    );
+    assert!(agent.confirmations().pending().is_empty());
+    assert!(
+        agent
+            .confirmations()
+            .approve(pending[0].id.as_str())
+            .is_err(),
+        "too late"
+    );
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+    assert_eq!(llm.remaining(), 0);
+}
+
+#[tokio::test]
+async fn malformed_and_unknown_calls_are_reported_back_to_the_model() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::raw_tool_call("queryOrder", r#"{"orderId": "88231""#),
+        Step::tool_calls([
+            ("queryOrder", json!({"orderId": 88231})),
+            ("deleteEverything", json!({})),
+        ]),
+        Step::tool_call("processRefund", json!({"orderId": "88231"})),
+        Step::text("Sorry, could you confirm the order number?"),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Approve)
+        .await;
+    assert_eq!(finished.result.unwrap().rounds, 4);
+    let requests = llm.requests();
+    let not_json = tool_result(requests[1].messages(), "call_1_0");
+    assert!(not_json.contains("not valid JSON"), "{not_json}");
+    let invalid = tool_result(requests[2].messages(), "call_2_0");
+    assert!(
+        invalid.contains("invalid arguments for `queryOrder`"),
+        "{invalid}"
+    );
+    let unknown = tool_result(requests[2].messages(), "call_2_1");
+    assert!(
+        unknown.contains("no function named `deleteEverything`"),
+        "{unknown}"
+    );
+    let bad_input = tool_result(requests[3].messages(), "call_3_0");
+    assert!(
+        bad_input.contains("reason"),
+        "the skill's schema names the missing field: {bad_input}"
+    );
+    let outcomes: Vec<_> = calls_of(&finished.events, &Caller::Main)
+        .into_iter()
+        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Refused { .. }))
+        .collect();
+    assert_eq!(outcomes, [true, true, true, true], "none was executed");
+    assert!(
+        !finished
+            .events
+            .iter()
+            .any(|event| matches!(event, AgentEvent::SkillStarted { .. }))
+    );
+}
+
+#[tokio::test]
+async fn identical_calls_are_refused_then_stop_the_run() {
+    let shop = shop().await;
+    let query = || Step::tool_call("queryOrder", json!({"orderId": "88231"}));
+    let llm = ScriptedLlm::start(vec![query(), query(), query(), query()]).await;
+    let agent = shop.agent(&llm, config());
+    let finished = agent
+        .ask("status of 88231?")
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    let error = finished.result.unwrap_err();
+    assert!(
+        matches!(&error, skillhost::agent::AgentError::RepeatedCall { function, times: 4, .. } if function == "queryOrder"),
+        "{error}"
+    );
+    let outcomes: Vec<_> = calls_of(&finished.events, &Caller::Main)
+        .into_iter()
+        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [true, true, false],
+        "the third is refused, the fourth stops the run"
+    );
+    let told = tool_result(llm.requests()[3].messages(), "call_3_0");
+    assert!(told.contains("already called `queryOrder`"), "{told}");
+}
+
+#[tokio::test]
+async fn an_llm_failure_ends_the_run_with_a_typed_error() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(
+        (0..4)
+            .map(|_| Step::error(500, "upstream exploded"))
+            .collect(),
+    )
+    .await;
+    let agent = shop.agent(&llm, config());
+    let error = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .result()
+        .await
+        .unwrap_err();
+    match error {
+        skillhost::agent::AgentError::Llm { caller, source } => {
+            assert_eq!(caller, Caller::Main);
+            assert!(source.to_string().contains("upstream exploded"), "{source}");
+        }
+        other => panic!("expected an LLM error, got {other}"),
+    }
+    assert_eq!(llm.requests().len(), 4, "1 attempt + 3 retries");
+}
+
+#[tokio::test]
+async fn without_an_llm_only_deterministic_skills_run() {
+    let shop = shop().await;
+    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
+        .config(AgentConfig {
+            confirmation: ConfirmationPolicy::never(),
+            ..config()
+        })
+        .build();
+    assert!(matches!(
+        agent.ask(REFUND_REQUEST),
+        Err(skillhost::agent::AgentError::NotConfigured)
+    ));
+    let input = json!({"orderId": "88231", "reason": "broken"});
+    let finished = agent
+        .start_skill("processRefund", input)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    let output = finished.result.unwrap();
+    assert_eq!(output.stats.llm_calls, 0);
+    let CallOutcome::Done { result } = output.outcome else {
+        panic!("{:?}", output.outcome)
+    };
+    assert_eq!(result["refundId"], "RF20260629001");
+    assert_eq!(
+        tools_called(&finished.events, &Caller::Skill(skill("processRefund"))),
+        ["queryOrder", "applyRefund"]
+    );
+    // A skill whose path needs the model cannot run.
+    let llm_only = AgentConfig {
+        use_steps: false,
+        ..config()
+    };
+    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
+        .config(llm_only)
+        .build();
+    let error = agent
+        .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
+        .unwrap()
+        .result()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, skillhost::agent::AgentError::NotConfigured),
+        "{error}"
+    );
+    assert!(matches!(
+        agent.start_skill("nope", json!({})).err(),
+        Some(skillhost::agent::AgentError::UnknownSkill(name)) if name == "nope"
+    ));
+}

@@ -1,0 +1,330 @@
+//! The sandboxed runtime on real components: the bundled skills and hostile
+//! test guests from `skill-plugins/test-guests`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, ToolDispatch};
+use skillhost::skills::SkillName;
+use skillhost::tools::ToolError;
+
+use crate::support::fixtures::{DemoHost, fixture, skill_file};
+
+/// Records every call that reaches dispatch, then forwards it to the demo tools.
+struct Recorder {
+    host: Arc<DemoHost>,
+    calls: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl ToolDispatch for Recorder {
+    async fn call_tool(
+        &self,
+        skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        self.calls.lock().unwrap().push(tool.to_owned());
+        self.host.tools.call_tool(skill, tool, arguments).await
+    }
+}
+
+fn recorder(host: &Arc<DemoHost>) -> Arc<Recorder> {
+    Arc::new(Recorder {
+        host: host.clone(),
+        calls: Mutex::new(Vec::new()),
+    })
+}
+
+fn short_limits() -> Limits {
+    Limits {
+        execution_time: Duration::from_millis(300),
+        ..Limits::default()
+    }
+}
+
+#[tokio::test]
+async fn process_refund_manifest_and_instructions_read_back() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("processRefund")).await;
+    let manifest = skill.manifest();
+    assert_eq!(manifest.name.as_str(), "processRefund");
+    assert_eq!(manifest.tools, ["queryOrder", "applyRefund"]);
+    assert!(manifest.unlocks.is_empty());
+    assert!(manifest.has_steps);
+    assert_eq!(manifest.parameters["type"], "object");
+    assert_eq!(
+        manifest.parameters["required"],
+        json!(["orderId", "reason"])
+    );
+    assert!(skill.instructions().contains("applyRefund"));
+    assert!(skill.digest().starts_with("sha256:"));
+}
+
+#[tokio::test]
+async fn instruction_only_skill_declares_its_unlocks() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("order_change")).await;
+    let manifest = skill.manifest();
+    assert!(!manifest.has_steps);
+    assert_eq!(manifest.unlocks, ["cancel_order", "change_address"]);
+    assert!(!skill.instructions().trim().is_empty());
+    let error = skill.run(&json!({}), host.tools.clone()).await.unwrap_err();
+    assert!(matches!(error, InvokeError::NoSteps { .. }), "{error}");
+}
+
+#[tokio::test]
+async fn process_refund_on_a_delivered_order_writes_the_refund() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("processRefund")).await;
+    let input = json!({ "orderId": "88231", "reason": "the robot vacuum is broken" });
+    let report = skill.run(&input, host.tools.clone()).await.unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result, got {:?}", report.outcome)
+    };
+    let refunds = host.db.refunds_for("88231").unwrap();
+    assert_eq!(refunds.len(), 1, "one refund row for 88231");
+    let text = result.to_string();
+    assert!(
+        text.contains(&refunds[0].refund_id),
+        "result names the refund id: {text}"
+    );
+    assert!(text.contains("S10 Pro"), "result names the product: {text}");
+    let tools: Vec<_> = report.tool_calls.iter().map(|c| c.tool.as_str()).collect();
+    assert_eq!(tools, ["queryOrder", "applyRefund"]);
+}
+
+#[tokio::test]
+async fn process_refund_on_an_undelivered_order_writes_nothing() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("processRefund")).await;
+    let order = host.undelivered_order();
+    let input = json!({ "orderId": order, "reason": "changed my mind" });
+    let report = skill.run(&input, host.tools.clone()).await.unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    assert!(host.db.refunds_for(&order).unwrap().is_empty());
+    let text = result.to_string().to_lowercase();
+    assert!(
+        text.contains("deliver"),
+        "result explains refunds need delivery: {text}"
+    );
+    let tools: Vec<_> = report.tool_calls.iter().map(|c| c.tool.as_str()).collect();
+    assert_eq!(tools, ["queryOrder"], "applyRefund is never attempted");
+}
+
+#[tokio::test]
+async fn process_refund_on_an_unknown_order_says_the_number_may_be_wrong() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("processRefund")).await;
+    let input = json!({ "orderId": "12345", "reason": "broken" });
+    let report = skill.run(&input, host.tools.clone()).await.unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    assert!(
+        result.to_string().to_lowercase().contains("wrong"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn inquire_order_status_follows_the_tracking_number() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("inquireOrderStatus")).await;
+    let report = skill
+        .run(&json!({ "orderId": "88231" }), host.tools.clone())
+        .await
+        .unwrap();
+    let tools: Vec<_> = report.tool_calls.iter().map(|c| c.tool.as_str()).collect();
+    assert_eq!(tools, ["queryOrder", "queryLogistics"]);
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    assert!(result.to_string().contains("SF1234567890"), "{result}");
+}
+
+#[tokio::test]
+async fn skill_input_is_validated_against_its_schema() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("processRefund")).await;
+    let error = skill
+        .run(&json!({ "orderId": 88231 }), host.tools.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(error, InvokeError::InvalidInput { .. }), "{error}");
+    assert!(
+        error.to_string().contains("orderId") || error.to_string().contains("reason"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn undeclared_tool_is_refused_and_never_runs() {
+    let host = Arc::new(DemoHost::new());
+    let skill = host.load(&fixture("undeclared-caller")).await;
+    let dispatch = recorder(&host);
+    let report = skill.run(&json!({}), dispatch.clone()).await.unwrap();
+    assert!(
+        dispatch.calls.lock().unwrap().is_empty(),
+        "dispatch never saw the call"
+    );
+    assert!(host.db.refunds_for("88231").unwrap().is_empty());
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    let text = result.to_string();
+    assert!(
+        text.contains("not-permitted")
+            || text.contains("NotPermitted")
+            || text.contains("not permitted"),
+        "the guest saw a not-permitted error: {text}"
+    );
+}
+
+/// Runs a hostile guest, checks which limit stopped it, then checks the
+/// same runtime still serves a normal invocation.
+async fn assert_stopped_by(
+    guest: &str,
+    input: Value,
+    limits: Limits,
+    expected: Option<Limit>,
+) -> InvokeError {
+    let host = DemoHost::new();
+    let hostile = host.load(&fixture(guest)).await;
+    let error = hostile
+        .run_with_limits(&input, host.tools.clone(), limits)
+        .await
+        .expect_err("a hostile guest must not succeed");
+    match (expected, &error) {
+        (Some(limit), InvokeError::LimitExceeded { limit: hit, .. }) => {
+            assert_eq!(*hit, limit, "{error}")
+        }
+        (None, InvokeError::Trap { .. }) => {}
+        _ => panic!("{guest}: unexpected error {error:?}"),
+    }
+    let refund = host.load(&skill_file("processRefund")).await;
+    let input = json!({ "orderId": "88231", "reason": "broken" });
+    let report = refund
+        .run(&input, host.tools.clone())
+        .await
+        .expect("host still serves");
+    assert!(matches!(report.outcome, RunOutcome::Done(_)));
+    error
+}
+
+#[tokio::test]
+async fn panicking_guest_traps_and_the_host_carries_on() {
+    let error = assert_stopped_by("panicker", json!({}), Limits::default(), None).await;
+    assert!(error.to_string().contains("trapped"), "{error}");
+}
+
+#[tokio::test]
+async fn infinite_loop_is_stopped_by_the_execution_time_limit() {
+    let error = assert_stopped_by(
+        "spinner",
+        json!({}),
+        short_limits(),
+        Some(Limit::ExecutionTime),
+    )
+    .await;
+    assert!(error.to_string().contains("execution-time"), "{error}");
+}
+
+#[tokio::test]
+async fn memory_bomb_is_stopped_by_the_memory_limit() {
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..short_limits()
+    };
+    let error = assert_stopped_by("memory-bomb", json!({}), limits, Some(Limit::Memory)).await;
+    assert!(error.to_string().contains("memory"), "{error}");
+}
+
+#[tokio::test]
+async fn call_storm_is_stopped_by_the_tool_call_limit() {
+    let limits = Limits {
+        tool_calls: 8,
+        ..short_limits()
+    };
+    let error = assert_stopped_by("call-storm", json!({}), limits, Some(Limit::ToolCalls)).await;
+    assert!(error.to_string().contains("tool-call"), "{error}");
+}
+
+#[tokio::test]
+async fn oversized_result_is_stopped_by_the_output_limit() {
+    let limits = Limits {
+        output_bytes: 64 << 10,
+        ..short_limits()
+    };
+    let input = json!({ "bytes": 1 << 20 });
+    assert_stopped_by("output-bomb", input, limits, Some(Limit::Output)).await;
+}
+
+#[tokio::test]
+async fn many_invocations_run_concurrently_on_one_component() {
+    let host = DemoHost::new();
+    let skill = host.load(&skill_file("inquireOrderStatus")).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..32 {
+        let skill = skill.clone();
+        let tools = host.tools.clone();
+        tasks.spawn(async move { skill.run(&json!({ "orderId": "88231" }), tools).await });
+    }
+    while let Some(result) = tasks.join_next().await {
+        assert!(matches!(
+            result.unwrap().unwrap().outcome,
+            RunOutcome::Done(_)
+        ));
+    }
+}
+
+/// WASI is linked with an empty context: a guest that imports filesystem,
+/// environment and sockets loads and runs, and finds nothing to reach.
+#[tokio::test]
+async fn wasi_guest_runs_with_nothing_granted() {
+    let host = DemoHost::new();
+    let prober = host.load(&fixture("wasi-prober")).await;
+    let report = prober.run(&json!({}), host.tools.clone()).await.unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    assert_eq!(
+        result["preopened_directories"],
+        json!([]),
+        "no files: {result}"
+    );
+    assert_eq!(result["environment"], json!([]), "no environment: {result}");
+    assert_eq!(result["arguments"], json!([]), "no arguments: {result}");
+    let tcp = result["tcp"].as_str().unwrap();
+    assert!(tcp.contains("refused"), "no network: {tcp}");
+    assert_eq!(
+        result["stdout_written"], true,
+        "stdout is captured, not refused: {result}"
+    );
+}
+
+/// A component importing an interface the host does not provide at all is
+/// refused at load, and the error names the import.
+#[tokio::test]
+async fn component_with_an_unknown_import_is_refused_naming_it() {
+    let host = DemoHost::new();
+    let component = wat::parse_str(
+        r#"(component
+            (import "wasi:http/outgoing-handler@0.2.0" (instance (export "handle" (func))))
+        )"#,
+    )
+    .unwrap();
+    let error = skillhost::runtime::SkillComponent::load(&host.runtime, component, &host.tools)
+        .await
+        .err()
+        .expect("an unknown import is refused");
+    assert!(
+        error.to_string().contains("wasi:http/outgoing-handler"),
+        "{error}"
+    );
+}

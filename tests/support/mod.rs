@@ -1,0 +1,4 @@
+//! Helpers shared by the integration tests.
+
+pub mod fixtures;
+pub mod scripted_llm;
