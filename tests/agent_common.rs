@@ -2,6 +2,7 @@
 //! bundled skills, an agent on the scripted LLM, and ways to read a run's
 //! events.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, PendingConfirmation, Resolution,
 };
 use skillhost::runtime::{Runtime, RuntimeConfig};
+use skillhost::skills::signature::SignaturePolicy;
 use skillhost::skills::{SkillName, SkillRegistry};
 use skillhost::tools::demo::{DemoClock, DemoDb};
 use skillhost::tools::{Tool, ToolRegistry};
@@ -39,6 +41,15 @@ impl Shop {
         tools: impl FnOnce(Arc<DemoDb>) -> Vec<Arc<dyn Tool>>,
         skills: &[&str],
     ) -> Self {
+        let files: Vec<PathBuf> = skills.iter().map(|name| skill_file(name)).collect();
+        Self::with_files(tools, &files).await
+    }
+
+    /// Like [`Shop::new`], with skill components from any files.
+    pub async fn with_files(
+        tools: impl FnOnce(Arc<DemoDb>) -> Vec<Arc<dyn Tool>>,
+        files: &[PathBuf],
+    ) -> Self {
         let clock = DemoClock::Fixed("2026-06-29 14:00:00".parse().expect("a shop time"));
         let db = Arc::new(
             DemoDb::in_memory()
@@ -50,22 +61,29 @@ impl Shop {
             registry.register(tool).expect("registering a demo tool");
         }
         let dir = tempfile::tempdir().expect("a temporary skills directory");
-        for skill in skills {
-            std::fs::copy(skill_file(skill), dir.path().join(format!("{skill}.wasm")))
-                .expect("copying a bundled skill");
+        for file in files {
+            let name = file.file_name().expect("a skill file name");
+            std::fs::copy(file, dir.path().join(name)).expect("copying a skill component");
         }
         let runtime = Runtime::new(RuntimeConfig {
             max_concurrent_instances: 8,
             ..RuntimeConfig::default()
         })
         .expect("the runtime");
-        let registry = SkillRegistry::load_dir(runtime, Arc::new(registry), dir.path())
-            .await
-            .expect("loading the skills directory");
+        // Signatures are not what these tests are about (tests of the
+        // registry cover them); the bundled files are loaded as they are.
+        let registry = SkillRegistry::load_dir(
+            runtime,
+            Arc::new(registry),
+            SignaturePolicy::AllowUnsigned,
+            dir.path(),
+        )
+        .await
+        .expect("loading the skills directory");
         let snapshot = registry.snapshot();
         let failures: Vec<_> = snapshot.failures().collect();
         assert!(failures.is_empty(), "skills failed to load: {failures:?}");
-        assert_eq!(snapshot.len(), skills.len());
+        assert_eq!(snapshot.len(), files.len());
         Self {
             db,
             skills: Arc::new(registry),

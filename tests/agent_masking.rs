@@ -316,7 +316,10 @@ async fn a_masked_tool_is_refused_until_its_skill_is_loaded_then_confirmed() {
                 pending.summary,
                 "cancel_order: order_id '88239', reason 'ordered by mistake'"
             );
-            assert_eq!(agent.confirmations().pending(), [pending.clone()]);
+            assert_eq!(
+                agent.confirmations().pending(),
+                std::slice::from_ref(pending)
+            );
             assert_eq!(
                 shop.db.order_status(PAID_ORDER).unwrap(),
                 Some(OrderStatus::Paid),

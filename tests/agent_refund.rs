@@ -20,6 +20,7 @@ use crate::agent_common::{
     REFUND_REQUEST, Shop, calls_of, confirmations, refusal, resolutions, rounds_of, skill,
     tool_result, tools_called,
 };
+use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 async fn shop() -> Shop {
@@ -569,4 +570,51 @@ async fn without_an_llm_only_deterministic_skills_run() {
         agent.start_skill("nope", json!({})).err(),
         Some(skillhost::agent::AgentError::UnknownSkill(name)) if name == "nope"
     ));
+}
+
+#[tokio::test]
+async fn a_skill_that_traps_fails_alone_and_the_run_goes_on() {
+    let shop = Shop::with_files(
+        article_003_tools,
+        &[skill_file("processRefund"), fixture("panicker")],
+    )
+    .await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("panicker", json!({})),
+        refund_call(),
+        Step::text("Your refund RF20260629001 is on its way."),
+    ])
+    .await;
+    let agent = shop.agent(
+        &llm,
+        AgentConfig {
+            confirmation: ConfirmationPolicy::never(),
+            ..config()
+        },
+    );
+    let finished = agent
+        .ask(REFUND_REQUEST)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    assert_eq!(finished.result.unwrap().rounds, 3);
+    let outcomes: Vec<CallOutcome> = finished
+        .events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::SkillFinished { outcome, .. } => Some(outcome.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(&outcomes[0], CallOutcome::Failed { error } if error.contains("panicker")),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(&outcomes[1], CallOutcome::Done { .. }),
+        "{outcomes:?}"
+    );
+    let told = tool_result(llm.requests()[1].messages(), "call_1_0");
+    assert!(told.starts_with(r#"{"error":"#), "{told}");
+    assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
 }

@@ -47,10 +47,13 @@ pub const NO_STEPS: &str = "this skill has no deterministic steps";
 /// content except [`EncodeError::TooLarge`]; the others are bugs.
 #[derive(Debug, thiserror::Error)]
 pub enum EncodeError {
+    /// The skill's text is over 4 GiB.
     #[error("the skill does not fit in a 32-bit linear memory")]
     TooLarge,
+    /// The WIT compiled into skillhost did not parse or embed.
     #[error("the built-in skill contract (WIT) is unusable: {0}")]
     Wit(String),
+    /// The generated core module does not implement the world.
     #[error("wit-component refused the generated module: {0}")]
     Component(String),
 }

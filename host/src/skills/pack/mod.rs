@@ -76,7 +76,10 @@ impl Format {
 /// A place in an input file, both counted from 1.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Position {
+    /// The line, counted from the top of the file (also in a `SKILL.md`,
+    /// whose YAML starts on line 2).
     pub line: u64,
+    /// The column, in characters.
     pub column: u64,
 }
 
@@ -89,18 +92,20 @@ impl fmt::Display for Position {
 /// Why a skill file could not be packed.
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
-    #[error("cannot read {}: {source}", path.display())]
+    /// The file could not be read (missing, unreadable, not UTF-8).
+    #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
+    /// The extension is none of `.yaml`, `.yml` or `.md`.
     #[error(
         "{}: not a skill file (expected a .yaml or .yml skill, or an Agent Skills SKILL.md)",
         path.display()
     )]
     UnknownFormat { path: PathBuf },
-    /// The file's content is wrong at `at`.
+    /// The content of `file` is wrong at `at`.
     #[error("{}:{at}: {problem}", file.display())]
     Invalid {
         file: PathBuf,
@@ -119,23 +124,23 @@ pub enum Problem {
     /// Reported at the mapping that lacks it.
     #[error("missing required field `{0}`")]
     MissingField(&'static str),
+    /// A `SKILL.md` that does not start with a line `---`.
     #[error(
         "no YAML front matter: a SKILL.md starts with a line `---`, then the front matter, then a line `---`"
     )]
     NoFrontMatter,
+    /// A `SKILL.md` whose front matter has no closing line `---`.
     #[error("the front matter is not closed by a line `---`")]
     UnclosedFrontMatter,
+    /// The instructions (named as the input calls them) are blank.
     #[error("{0} is empty; an instruction-only skill needs instructions")]
     EmptyInstructions(String),
+    /// A `SKILL.md` sets both `version` and `metadata.version`.
     #[error("the version is given twice (`version` and `metadata.version`); keep one")]
     TwoVersions,
     /// A manifest rule (see [`Manifest::resolve`]) refused the value of `field`.
     #[error("`{field}`: {error}")]
-    Manifest {
-        field: String,
-        #[source]
-        error: ManifestError,
-    },
+    Manifest { field: String, error: ManifestError },
 }
 
 /// A problem at a position of a file not yet named.

@@ -265,16 +265,26 @@ fn an_invalid_schema_is_reported_at_the_parameters() {
 
 #[test]
 fn malformed_yaml_is_reported_with_its_line() {
-    let refusal = yaml_refusal(&MINIMAL_YAML.replace("[queryOrder]", "[queryOrder"));
+    // A plain scalar cannot hold ": ".
+    let text = MINIMAL_YAML.replace("Looks up an order.", "Looks up: an order.");
+    let refusal = yaml_refusal(&text);
     assert!(matches!(refusal.problem, Problem::Yaml(_)));
-    assert_eq!(refusal.at.line, 3);
+    assert_eq!(refusal.at.line, 2, "{}", refusal.message);
+
+    // The unclosed list runs on until `parameters:` cannot be in it.
+    let refusal = yaml_refusal(&MINIMAL_YAML.replace("[queryOrder]", "[queryOrder"));
+    assert_eq!(
+        refusal.message,
+        "skill.yaml:4:11: illegal placement of ':' indicator"
+    );
 
     let refusal = yaml_refusal(&MINIMAL_YAML.replace("tools: [queryOrder]", "tools: queryOrder"));
     assert!(matches!(refusal.problem, Problem::Yaml(_)));
     assert_eq!(refusal.at.line, 3);
 
     let refusal = yaml_refusal("");
-    assert!(matches!(refusal.problem, Problem::Yaml(_)));
+    assert!(matches!(refusal.problem, Problem::MissingField("name")));
+    assert_eq!(refusal.at.line, 1);
 }
 
 #[test]
@@ -316,17 +326,22 @@ test_cases:
 "
     );
     let refusal = yaml_refusal(&text);
+    assert!(matches!(refusal.problem, Problem::MissingField("input")));
+    assert_eq!(refusal.at.line, 13);
+
+    let (with_input, _) = text.split_once("  - name: no input").unwrap();
+    let refusal = yaml_refusal(with_input);
     let (field, error) = manifest_problem(&refusal);
     assert_eq!((field, refusal.at.line), ("test_cases[1]", 12));
     let ManifestError::InvalidTestCase { case, .. } = error else {
         panic!("{error}")
     };
     assert_eq!(case, "case 2");
-
-    let text = text.replace("{orderId: 88231}", "{orderId: \"99001\"}");
-    let refusal = yaml_refusal(&text);
-    assert!(matches!(refusal.problem, Problem::MissingField("input")));
-    assert_eq!(refusal.at.line, 13);
+    assert!(
+        refusal.message.contains("is not of type"),
+        "{}",
+        refusal.message
+    );
 }
 
 #[test]
