@@ -41,6 +41,28 @@ pub enum DemoDbError {
     Sqlite(#[from] rusqlite::Error),
 }
 
+/// Prepared statements kept per connection; more than the shop has queries.
+const STATEMENT_CACHE: usize = 64;
+
+/// `query_row` through the prepared-statement cache (rusqlite's own
+/// `Connection::query_row` prepares the SQL again on every call).
+pub(super) trait CachedQueryRow {
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+}
+
+impl CachedQueryRow for Connection {
+    fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
+    where
+        P: rusqlite::Params,
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(params, f)
+    }
+}
+
 impl DemoDb {
     /// Opens (or creates and seeds) the database file at `path`. Uses the
     /// system clock; see [`DemoDb::with_clock`].
@@ -73,6 +95,9 @@ impl DemoDb {
 
     fn init(mut conn: Connection) -> Result<Self, DemoDbError> {
         conn.pragma_update(None, "foreign_keys", true)?;
+        // Every query the shop runs stays prepared: parsing SQL costs more
+        // than running these one-row lookups.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
         match version {
             0 => {
@@ -107,7 +132,7 @@ impl DemoDb {
     pub fn order_status(&self, order_id: &str) -> Result<Option<OrderStatus>, DemoDbError> {
         let status = self
             .lock()
-            .query_row(
+            .query_row_cached(
                 "SELECT status FROM orders WHERE order_id = ?1",
                 params![order_id],
                 |row| row.get(0),

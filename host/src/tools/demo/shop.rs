@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::{SHOP_TIME_ZONE, SHOP_UTC_OFFSET, ShopTime};
-use super::db::{DemoDb, OrderStatus, RefundStatus};
+use super::db::{CachedQueryRow, DemoDb, OrderStatus, RefundStatus};
 use crate::tools::ToolError;
 
 /// The one customer of the demo shop, whose orders, cart, coupons and devices
@@ -131,7 +131,7 @@ impl DailyId {
     fn next(self, conn: &Connection, now: ShopTime) -> Result<String, OpError> {
         let (prefix, table, column) = self.parts();
         let stem = format!("{prefix}{}", now.compact_date());
-        let last: Option<i64> = conn.query_row(
+        let last: Option<i64> = conn.query_row_cached(
             &format!(
                 "SELECT MAX(CAST(substr({column}, length(?1) + 1) AS INTEGER)) FROM {table} \
                  WHERE {column} LIKE ?1 || '%'"
@@ -192,7 +192,7 @@ struct Order {
 
 /// The demo customer's order, or a rejection naming the missing id.
 fn find_order(conn: &Connection, order_id: &str) -> Result<Order, OpError> {
-    conn.query_row(
+    conn.query_row_cached(
         "SELECT order_id, amount_cents, status, tracking_no, address, coupon_id, payment_method,
                 cancel_reason, created_at
          FROM orders WHERE order_id = ?1 AND customer_id = ?2",
@@ -267,7 +267,7 @@ fn refund_of(
     conn: &Connection,
     order_id: &str,
 ) -> rusqlite::Result<Option<(String, RefundStatus)>> {
-    conn.query_row(
+    conn.query_row_cached(
         "SELECT refund_id, status FROM refunds WHERE order_id = ?1
          ORDER BY created_at DESC, refund_id DESC LIMIT 1",
         params![order_id],
@@ -281,7 +281,7 @@ fn open_after_sale(
     conn: &Connection,
     order_id: &str,
 ) -> rusqlite::Result<Option<(String, String, String)>> {
-    conn.query_row(
+    conn.query_row_cached(
         "SELECT ticket_id, kind, status FROM after_sales
          WHERE order_id = ?1 AND status IN ('pending_review', 'approved') LIMIT 1",
         params![order_id],
@@ -301,7 +301,7 @@ fn ensure_not_refunded(conn: &Connection, order_id: &str) -> Result<(), OpError>
 }
 
 fn customer_address(conn: &Connection) -> rusqlite::Result<String> {
-    conn.query_row(
+    conn.query_row_cached(
         "SELECT default_address FROM customers WHERE customer_id = ?1",
         params![DEMO_CUSTOMER],
         |row| row.get(0),
@@ -508,7 +508,7 @@ impl DemoDb {
     pub(super) fn query_logistics(&self, tracking_no: &str) -> Result<Value, OpError> {
         let conn = self.lock();
         let (carrier, status, signed_by): (String, String, Option<String>) = conn
-            .query_row(
+            .query_row_cached(
                 "SELECT carrier, status, signed_by FROM logistics WHERE tracking_no = ?1",
                 params![tracking_no],
                 |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
@@ -866,7 +866,7 @@ impl DemoDb {
     ) -> Result<Value, OpError> {
         let conn = self.lock();
         let stock: i64 = conn
-            .query_row(
+            .query_row_cached(
                 "SELECT stock FROM products WHERE product_id = ?1",
                 params![product_id],
                 |row| row.get(0),
@@ -919,7 +919,7 @@ impl DemoDb {
             None => 0,
         };
         let amount = (subtotal - discount).max(0);
-        let order_id: i64 = tx.query_row(
+        let order_id: i64 = tx.query_row_cached(
             "SELECT COALESCE(MAX(CAST(order_id AS INTEGER)), 10000) + 1 FROM orders",
             [],
             |row| row.get(0),
@@ -1041,7 +1041,7 @@ impl DemoDb {
     /// The demo customer's membership: level, points, default address.
     pub(super) fn query_member(&self) -> Result<Value, OpError> {
         let conn = self.lock();
-        Ok(conn.query_row(
+        Ok(conn.query_row_cached(
             "SELECT customer_id, name, level, points, phone, default_address
              FROM customers WHERE customer_id = ?1",
             params![DEMO_CUSTOMER],
@@ -1196,7 +1196,7 @@ fn usable_coupon_discount(
     now: ShopTime,
 ) -> Result<i64, OpError> {
     let (discount, min_spend, expires_on, used_by_order): (i64, i64, String, Option<String>) = conn
-        .query_row(
+        .query_row_cached(
             "SELECT discount_cents, min_spend_cents, expires_on, used_by_order
              FROM coupons WHERE coupon_id = ?1 AND customer_id = ?2",
             params![coupon_id, DEMO_CUSTOMER],
