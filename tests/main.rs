@@ -1,7 +1,11 @@
 //! Integration tests on real components.
+mod agent_cases;
 mod agent_common;
 mod agent_masking;
 mod agent_refund;
+mod cli;
+mod gateway;
 mod llm_client;
+mod reload;
 mod runtime;
 mod support;

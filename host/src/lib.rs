@@ -1,9 +1,12 @@
 //! skillhost: a host for LLM-agent skills shipped as signed WebAssembly components.
 //!
-//! See `ARCHITECTURE.md` at the repository root for the code map and the
-//! invariants each module keeps.
+//! Embedders start at [`embed::SkillHost::builder`]; [`gateway`] serves a
+//! host over HTTP (`skillhost serve`). See `ARCHITECTURE.md` at the
+//! repository root for the code map and the invariants each module keeps.
 
 pub mod agent;
+pub mod embed;
+pub mod gateway;
 pub mod runtime;
 mod schema;
 pub mod skills;

@@ -2,3 +2,4 @@
 
 pub mod fixtures;
 pub mod scripted_llm;
+pub mod signing;

@@ -224,6 +224,16 @@ pub enum AgentEvent {
         /// How it ended.
         resolution: Resolution,
     },
+    /// Text the model generated, as it arrives; only in runs started with
+    /// [`Agent::start_streaming`](super::Agent::start_streaming). The
+    /// deltas of a round add up to that round's text; a round that ends in
+    /// function calls may have text too.
+    TextDelta {
+        /// Whose LLM call: the main agent or a skill's sub-agent.
+        caller: Caller,
+        /// The next piece of text.
+        text: String,
+    },
     /// The main agent's final answer.
     Answer {
         /// The text.

@@ -5,6 +5,7 @@
 //!   (article 003) and per-round masking after `load_skill` (article 000).
 //! - [`Agent`]: the main agent (a ReAct loop) and the scoped sub-agent
 //!   executor that runs skills, with confirmations of write tools.
+//! - [`cases`]: skills' test cases, run and checked (`skillhost test`).
 //!
 //! # Runs, events and confirmations
 //!
@@ -14,6 +15,8 @@
 //! [`AgentEvent`]s (rounds with the functions offered, every call with its
 //! outcome — inside skills too —, pending confirmations, compactions,
 //! token usage, the answer) and, once the run ends, its result.
+//! [`Agent::start_streaming`] also reports the model's text as it is
+//! generated ([`AgentEvent::TextDelta`]), for chat front ends.
 //!
 //! A call to a tool that needs approval ([`ConfirmationPolicy`]) — whether
 //! the main agent, a sub-agent or a skill's deterministic steps make it —
@@ -49,6 +52,7 @@ mod service;
 mod skill;
 mod transcript;
 
+pub mod cases;
 pub mod catalog;
 pub mod llm;
 pub mod tokens;

@@ -166,7 +166,7 @@ impl<S: Scope> Loop<'_, S> {
                 tokens: transcript.tokens() + functions.tokens,
             });
             let request = ChatRequest::new(transcript.messages()).with_tools(functions.definitions);
-            let response = self.run.chat(&self.caller, &request).await?;
+            let response = self.run.chat(&self.caller, request).await?;
             let calls = response.message.tool_calls.clone();
             let text = response.message.content.clone();
             transcript.push(Message::from(response.message));

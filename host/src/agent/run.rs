@@ -205,14 +205,19 @@ pub(super) struct RunContext {
     /// The skills as they were when the run started; the run keeps them.
     pub(super) snapshot: Arc<SkillSnapshot>,
     pub(super) catalog: Arc<Catalog>,
+    /// Stream LLM calls and report their text as [`AgentEvent::TextDelta`].
+    stream: bool,
     events: mpsc::UnboundedSender<AgentEvent>,
     stats: Mutex<RunStats>,
 }
 
 impl RunContext {
     /// A run of `agent` over the current skills, and the receiver of its
-    /// events.
-    pub(super) fn new(agent: Arc<AgentInner>) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
+    /// events. `stream`: see [`Agent::start_streaming`](super::Agent::start_streaming).
+    pub(super) fn new(
+        agent: Arc<AgentInner>,
+        stream: bool,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
         let snapshot = agent.skills.snapshot();
         let catalog = agent.catalog_for(&snapshot);
@@ -221,6 +226,7 @@ impl RunContext {
             agent,
             snapshot,
             catalog,
+            stream,
             events,
             stats: Mutex::default(),
         };
@@ -237,14 +243,35 @@ impl RunContext {
         *self.stats.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One LLM call on behalf of `caller`, counted in the run's stats.
+    /// One LLM call on behalf of `caller`, counted in the run's stats. In a
+    /// streaming run the call streams and its text is reported as
+    /// [`AgentEvent::TextDelta`]s as it arrives.
     pub(super) async fn chat(
         &self,
         caller: &Caller,
-        request: &ChatRequest,
+        request: ChatRequest,
     ) -> Result<ChatResponse, AgentError> {
         let llm = self.agent.llm.as_ref().ok_or(AgentError::NotConfigured)?;
-        let response = llm.chat(request).await.map_err(|source| AgentError::Llm {
+        let response = if self.stream {
+            let (deltas, mut received) = mpsc::unbounded_channel();
+            let request = request.with_stream(true).with_deltas(deltas);
+            // The request (and with it the sender) is dropped when the call
+            // ends, which ends the forwarding: every delta is reported before
+            // the response is used.
+            let call = async move { llm.chat(&request).await };
+            let forward = async {
+                while let Some(text) = received.recv().await {
+                    self.emit(AgentEvent::TextDelta {
+                        caller: caller.clone(),
+                        text,
+                    });
+                }
+            };
+            tokio::join!(call, forward).0
+        } else {
+            llm.chat(&request).await
+        };
+        let response = response.map_err(|source| AgentError::Llm {
             caller: caller.clone(),
             source,
         })?;

@@ -120,6 +120,7 @@ pub struct Agent {
 /// Builds an [`Agent`].
 pub struct AgentBuilder {
     skills: Arc<SkillRegistry>,
+    tools: Option<Arc<ToolRegistry>>,
     llm: Option<LlmClient>,
     config: AgentConfig,
 }
@@ -138,12 +139,22 @@ impl AgentBuilder {
         self
     }
 
+    /// Executes every tool call on `tools` instead of the registry's
+    /// ([`SkillRegistry::tools`]): the same tools over other state, e.g. the
+    /// demo tools on a scratch database for a test run. Skills were resolved
+    /// against the registry's tools; a declared tool missing from `tools` is
+    /// refused as unknown when called, never run anywhere else.
+    pub fn tools(mut self, tools: Arc<ToolRegistry>) -> Self {
+        self.tools = Some(tools);
+        self
+    }
+
     /// The agent.
     pub fn build(self) -> Agent {
         Agent {
             inner: Arc::new(AgentInner {
                 llm: self.llm,
-                tools: self.skills.tools().clone(),
+                tools: self.tools.unwrap_or_else(|| self.skills.tools().clone()),
                 skills: self.skills,
                 config: self.config,
                 confirmations: Confirmations::default(),
@@ -154,11 +165,13 @@ impl AgentBuilder {
 }
 
 impl Agent {
-    /// An agent over `skills` and the tools they were resolved against
+    /// An agent over `skills` and, unless [`AgentBuilder::tools`] says
+    /// otherwise, the tools they were resolved against
     /// ([`SkillRegistry::tools`]), so skills and tools always agree.
     pub fn builder(skills: Arc<SkillRegistry>) -> AgentBuilder {
         AgentBuilder {
             skills,
+            tools: None,
             llm: None,
             config: AgentConfig::default(),
         }
@@ -197,6 +210,24 @@ impl Agent {
     /// The run is a spawned task (call this inside a Tokio runtime) that
     /// outlives the returned handle.
     pub fn start(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
+        self.start_run(messages, false)
+    }
+
+    /// Like [`Agent::start`], and the run also reports the text the model
+    /// generates as it arrives ([`AgentEvent::TextDelta`]): every LLM call
+    /// of the run asks the server to stream. For chat front ends.
+    pub fn start_streaming(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<RunHandle<RunOutput>, AgentError> {
+        self.start_run(messages, true)
+    }
+
+    fn start_run(
+        &self,
+        messages: Vec<Message>,
+        stream: bool,
+    ) -> Result<RunHandle<RunOutput>, AgentError> {
         if self.inner.llm.is_none() {
             return Err(AgentError::NotConfigured);
         }
@@ -211,7 +242,7 @@ impl Agent {
             _ => Some(Message::system(&self.inner.config.system_prompt)),
         };
         let transcript = Transcript::from_messages(system.into_iter().chain(messages));
-        let (run, events) = RunContext::new(self.inner.clone());
+        let (run, events) = RunContext::new(self.inner.clone(), stream);
         let body = main_agent(run.clone(), transcript);
         Ok(RunHandle::spawn(&run, events, body))
     }
@@ -224,7 +255,7 @@ impl Agent {
         name: &str,
         input: Value,
     ) -> Result<RunHandle<SkillOutput>, AgentError> {
-        let (run, events) = RunContext::new(self.inner.clone());
+        let (run, events) = RunContext::new(self.inner.clone(), false);
         let skill = run
             .snapshot
             .get(name)

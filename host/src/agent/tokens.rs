@@ -45,8 +45,7 @@ pub fn message(message: &Message) -> usize {
 
 /// Estimated tokens of one function definition as sent (its JSON).
 pub fn definition(definition: &ToolDefinition) -> usize {
-    // Serializing a `ToolDefinition` (strings and a JSON value) cannot fail.
-    serde_json::to_string(definition).map_or(0, |json| estimate(&json))
+    estimate(definition.json())
 }
 
 #[cfg(test)]

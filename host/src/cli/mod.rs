@@ -1,8 +1,11 @@
 //! Command-line interface: argument parsing and one module per command group.
 
+mod ask;
 mod pack;
+mod serve;
 mod sign;
 mod skills;
+mod test;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +49,14 @@ struct HostArgs {
     /// Every such load logs a warning.
     #[arg(long)]
     allow_unsigned: bool,
+    /// Compilation cache: compiled skills are kept here, keyed by their
+    /// content, so a restart does not compile unchanged skills again.
+    /// [default: $XDG_CACHE_HOME/skillhost, else ~/.cache/skillhost]
+    #[arg(long, env = "SKILLHOST_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Use no compilation cache: compile every skill at start.
+    #[arg(long, conflicts_with = "cache_dir")]
+    no_cache: bool,
 }
 
 impl HostArgs {
@@ -58,6 +69,33 @@ impl HostArgs {
         }
         Ok(SignaturePolicy::Require(self.trust.store()?))
     }
+
+    /// The runtime these arguments ask for: the library's defaults plus the
+    /// compilation cache (none when no cache directory can be found).
+    fn runtime_config(&self) -> RuntimeConfig {
+        let cache_dir = if self.no_cache {
+            None
+        } else {
+            self.cache_dir.clone().or_else(default_cache_dir)
+        };
+        RuntimeConfig {
+            cache_dir,
+            ..RuntimeConfig::default()
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/skillhost`, else `$HOME/.cache/skillhost` (the XDG
+/// default); `None` when neither variable names an absolute directory.
+fn default_cache_dir() -> Option<PathBuf> {
+    let absolute = |var| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|dir| dir.is_absolute())
+    };
+    absolute("XDG_CACHE_HOME")
+        .or_else(|| absolute("HOME").map(|home| home.join(".cache")))
+        .map(|cache| cache.join("skillhost"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -83,6 +121,9 @@ enum Command {
         #[command(flatten)]
         host: HostArgs,
     },
+    /// Serve the HTTP gateway: an OpenAI-compatible chat endpoint with the
+    /// agent behind it, the skills API, events and metrics; hot reload on.
+    Serve(serve::ServeArgs),
     /// Generate an Ed25519 key pair for signing skills: <PREFIX>.key and <PREFIX>.pub.
     Keygen(sign::KeygenArgs),
     /// Sign a skill component (embedded signature, in place by default).
@@ -93,6 +134,12 @@ enum Command {
     /// component; sign it with `skillhost sign` before loading it in a host
     /// that requires signatures.
     Pack(pack::PackArgs),
+    /// Ask the main agent once: prints each round (functions offered, calls
+    /// made, inside skills too) and the answer; asks y/n for write tools.
+    Ask(ask::AskArgs),
+    /// Run the test cases skills carry in their manifests and report
+    /// pass/fail per case (write tools auto-approved on a scratch shop).
+    Test(test::TestArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -110,10 +157,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let loaded = LoadedHost::load(&host).await?;
             skills::list(&loaded.skills, json)
         }
+        Command::Serve(args) => serve::serve(&args).await,
         Command::Keygen(args) => sign::keygen(&args),
         Command::Sign(args) => sign::sign(&args),
         Command::Verify(args) => sign::verify(&args),
         Command::Pack(args) => pack::pack(&args),
+        Command::Ask(args) => ask::ask(&args).await,
+        Command::Test(args) => test::test(&args).await,
     }
 }
 
@@ -130,7 +180,7 @@ impl LoadedHost {
         demo::register_all(&mut tools, db)?;
         let tools = Arc::new(tools);
         let policy = args.signature_policy()?;
-        let runtime = Runtime::new(RuntimeConfig::default())?;
+        let runtime = Runtime::new(args.runtime_config())?;
         let skills = SkillRegistry::load_dir(runtime, tools.clone(), policy, &args.skills).await?;
         Ok(Self { skills, tools })
     }

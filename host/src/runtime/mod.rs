@@ -10,11 +10,15 @@ mod component;
 mod host;
 mod limits;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
 
 pub use component::{LoadError, SkillComponent, digest_of};
 pub use host::{InvokeError, RunOutcome, RunReport, ToolCallRecord, ToolDispatch};
@@ -32,7 +36,7 @@ pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 const KEEP_RESIDENT_BYTES: usize = 4 << 20;
 
 /// Engine-wide settings, fixed when the [`Runtime`] is created.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Limits applied to each invocation unless a caller passes others.
     /// `limits.memory_bytes` is also the size of each pooled memory slot, so
@@ -41,6 +45,15 @@ pub struct RuntimeConfig {
     /// Component instances that can be live at once (the pool's size).
     /// Default: 128. Each slot reserves address space, not memory.
     pub max_concurrent_instances: u32,
+    /// Directory of the compilation cache: wasmtime's own cache, keyed by the
+    /// SHA-256 of the component's bytes together with the engine's settings
+    /// and version, so a restart loads unchanged skills without compiling
+    /// them again and a changed file (or another wasmtime) never hits a stale
+    /// entry. Created when missing; a relative path is taken from the current
+    /// directory. Default: `None`, no cache — every start compiles every
+    /// skill. The `skillhost` command defaults to `$XDG_CACHE_HOME/skillhost`
+    /// (`~/.cache/skillhost`).
+    pub cache_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -48,6 +61,7 @@ impl Default for RuntimeConfig {
         Self {
             limits: Limits::default(),
             max_concurrent_instances: 128,
+            cache_dir: None,
         }
     }
 }
@@ -62,11 +76,28 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
     config: RuntimeConfig,
+    /// The engine's compilation cache (a handle sharing its counters).
+    cache: Option<Cache>,
+}
+
+/// Compilation-cache lookups since the [`Runtime`] was created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Components loaded from the cache without compiling.
+    pub hits: usize,
+    /// Components compiled and then written to the cache.
+    pub misses: usize,
 }
 
 impl Runtime {
+    /// Creates the engine and linker and starts the epoch ticker. Fails when
+    /// the engine cannot be configured, e.g. when `config.cache_dir` cannot be
+    /// created.
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
-        let engine = Engine::new(&engine_config(&config))?;
+        let cache = config.cache_dir.as_deref().map(open_cache).transpose()?;
+        let mut engine_config = engine_config(&config);
+        engine_config.cache(cache.clone());
+        let engine = Engine::new(&engine_config)?;
         let mut linker = Linker::new(&engine);
         // Guests from wasm32-wasip2, componentize-py and componentize-js
         // import WASI even when they never use it. Linking it with an empty
@@ -83,6 +114,7 @@ impl Runtime {
                 engine,
                 linker,
                 config,
+                cache,
             }),
         })
     }
@@ -93,6 +125,15 @@ impl Runtime {
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    /// Hits and misses of the compilation cache so far; `None` when the
+    /// runtime has no cache ([`RuntimeConfig::cache_dir`]).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.inner.cache.as_ref().map(|cache| CacheStats {
+            hits: cache.cache_hits(),
+            misses: cache.cache_misses(),
+        })
     }
 
     pub(crate) fn linker(&self) -> &Linker<HostState> {
@@ -122,6 +163,20 @@ fn engine_config(config: &RuntimeConfig) -> Config {
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     wasm
+}
+
+/// Opens (creating it when missing) the compilation cache in `dir`, with
+/// wasmtime's default limits: entries are zstd-compressed, and a background
+/// worker trims the directory when it passes 65536 files or 512 MiB.
+fn open_cache(dir: &std::path::Path) -> anyhow::Result<Cache> {
+    // wasmtime requires an absolute path.
+    let dir = std::path::absolute(dir)
+        .with_context(|| format!("compilation cache directory {}", dir.display()))?;
+    let mut cache = CacheConfig::new();
+    cache.with_directory(dir.clone());
+    Cache::new(cache)
+        .map_err(anyhow::Error::from)
+        .with_context(|| format!("compilation cache directory {}", dir.display()))
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is

@@ -8,7 +8,7 @@ pub mod watcher;
 
 pub use manifest::{Manifest, ManifestError, SkillName};
 pub use registry::{
-    LoadFailure, LoadedSkill, ReloadEvent, ReloadOutcome, SkillRegistry, SkillSnapshot,
-    SkillVersion,
+    FailureKind, LoadFailure, LoadedSkill, ReloadEvent, ReloadOutcome, SkillRegistry,
+    SkillSnapshot, SkillVersion,
 };
 pub use watcher::{WatchHandle, watch};

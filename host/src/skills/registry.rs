@@ -5,36 +5,138 @@
 //! started keeps the `SkillComponent` it started with, so replacing a skill
 //! never disturbs calls in flight. A file that fails to load never replaces
 //! the version that file last loaded successfully.
+//!
+//! [`SkillRegistry::sync_path`] brings the registry in line with one file
+//! (the watcher calls it; so may an embedder). Its rules:
+//!
+//! - The file's content is read once; those bytes are verified (signature
+//!   first), compiled, linked and their manifest checked. Nothing is read
+//!   twice, so a file changing meanwhile cannot slip past verification.
+//! - New content that loads replaces what the file provided before, in one
+//!   swap. Content that fails is recorded as the file's [`LoadFailure`]
+//!   (`kind`, `reason`, digest) and the file's previous version keeps
+//!   serving. A missing file unloads its skill.
+//! - A skill name belongs to one file. Content declaring a name another file
+//!   holds is refused ([`FailureKind::NameTaken`]) and loads on its own as
+//!   soon as the name is free (the holder is deleted or renamed). When the
+//!   holder's file is already gone — `mv a.wasm b.wasm`, whose removal event
+//!   has not been synced yet — the new file takes the skill over in the same
+//!   swap, so the skill never disappears.
+//! - Syncs of one file are serialized, so the last content read is the
+//!   content that wins; syncs of different files run independently.
+//! - Every change to the snapshot is broadcast as a [`ReloadEvent`], and so
+//!   is every refused update. A sync that changes nothing (the content is
+//!   the one already loaded or already refused) returns
+//!   [`ReloadOutcome::Unchanged`] and is not broadcast.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZero;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use futures::StreamExt as _;
 use serde::Serialize;
-use tokio::sync::{Mutex, broadcast};
+use tokio::sync::{Mutex, MutexGuard, broadcast};
 
 use super::SkillName;
-use super::signature::{Fingerprint, SignaturePolicy, Verification};
-use crate::runtime::{Runtime, SkillComponent};
+use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
+use crate::runtime::{LoadError, Runtime, SkillComponent, digest_of};
 use crate::tools::ToolRegistry;
 
 /// A skill as loaded from a file.
 #[derive(Clone)]
 pub struct LoadedSkill {
+    /// The compiled, checked component.
     pub component: SkillComponent,
+    /// The file it was loaded from.
     pub path: PathBuf,
     /// The trusted key that signed the file; `None` only when loaded under
     /// [`SignaturePolicy::AllowUnsigned`].
     pub signer: Option<Fingerprint>,
 }
 
+/// Which check refused a file's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The file could not be read.
+    Read,
+    /// The signature policy refused it: unsigned, unknown key, tampered,
+    /// truncated (a half-written file) or malformed.
+    Signature,
+    /// It is not a valid WebAssembly component.
+    Compile,
+    /// It does not fit the skill world (e.g. it imports something the host
+    /// does not provide).
+    Link,
+    /// Its manifest is invalid or could not be read.
+    Manifest,
+    /// Another file already provides a skill of the same name.
+    NameTaken,
+}
+
 /// A file in the skills directory whose latest content did not load, and
 /// why. The file's previous good version, if any, is still serving.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadFailure {
+    /// The file.
     pub path: PathBuf,
+    /// Which check refused the content.
+    pub kind: FailureKind,
+    /// Why, in words.
     pub reason: String,
+    /// `sha256:<hex>` of the refused content; `None` when the file could not
+    /// be read.
+    pub digest: Option<String>,
+    /// The name the refused content declares, when it was refused only
+    /// because another file holds that name.
+    #[serde(skip)]
+    contested: Option<SkillName>,
+}
+
+/// Why a file's content did not load.
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    #[error("cannot read file: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("signature refused: {0}")]
+    Signature(#[source] SignatureError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error("skill name `{name}` is already taken by {}", holder.display())]
+    NameTaken { name: SkillName, holder: PathBuf },
+}
+
+impl FileError {
+    fn kind(&self) -> FailureKind {
+        match self {
+            Self::Read(_) => FailureKind::Read,
+            Self::Signature(_) => FailureKind::Signature,
+            Self::Load(LoadError::Compile(_)) => FailureKind::Compile,
+            Self::Load(LoadError::Link(_)) => FailureKind::Link,
+            Self::Load(
+                LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_),
+            ) => FailureKind::Manifest,
+            Self::NameTaken { .. } => FailureKind::NameTaken,
+        }
+    }
+
+    /// The failure of the file `path` whose content (`digest`) failed so.
+    fn into_failure(self, path: &Path, digest: Option<String>) -> LoadFailure {
+        let kind = self.kind();
+        let reason = self.to_string();
+        LoadFailure {
+            path: path.to_owned(),
+            kind,
+            reason,
+            digest,
+            contested: match self {
+                Self::NameTaken { name, .. } => Some(name),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// One consistent view of the loaded skills.
@@ -47,14 +149,17 @@ pub struct SkillSnapshot {
 }
 
 impl SkillSnapshot {
+    /// The loaded skill called `name`.
     pub fn get(&self, name: &str) -> Option<&LoadedSkill> {
         self.skills.get(name)
     }
 
+    /// Every loaded skill, by name.
     pub fn skills(&self) -> impl Iterator<Item = &LoadedSkill> {
         self.skills.values()
     }
 
+    /// Every file whose latest content did not load, by path.
     pub fn failures(&self) -> impl Iterator<Item = &LoadFailure> {
         self.failures.values()
     }
@@ -64,10 +169,19 @@ impl SkillSnapshot {
         self.failures.get(path)
     }
 
+    /// The last reload error of the skill `name`: why the latest content of
+    /// the file serving it was refused, while this version keeps serving.
+    /// `None` when the skill is not loaded or its file is up to date.
+    pub fn failure_for_skill(&self, name: &str) -> Option<&LoadFailure> {
+        self.failures.get(&self.skills.get(name)?.path)
+    }
+
+    /// How many skills are loaded.
     pub fn len(&self) -> usize {
         self.skills.len()
     }
 
+    /// Whether no skill is loaded.
     pub fn is_empty(&self) -> bool {
         self.skills.is_empty()
     }
@@ -78,18 +192,47 @@ impl SkillSnapshot {
             .and_then(|name| self.skills.get(name))
     }
 
+    /// Whether the content `digest` of `path` is what this snapshot already
+    /// decided for that file, so syncing it again would change nothing: the
+    /// loaded content with no failure pending, or the refused content when
+    /// refusing it again is certain (a name collision is not, once the name
+    /// is free).
+    fn is_settled(&self, path: &Path, digest: &str) -> bool {
+        match self.failures.get(path) {
+            None => self
+                .skill_at(path)
+                .is_some_and(|skill| skill.component.digest() == digest),
+            Some(failure) => {
+                failure.digest.as_deref() == Some(digest)
+                    && failure.contested.as_ref().is_none_or(|name| {
+                        self.skills
+                            .get(name)
+                            .is_some_and(|holder| holder.path != path)
+                    })
+            }
+        }
+    }
+
+    /// Files refused only because another file held `name`.
+    fn contesting(&self, name: &SkillName) -> impl Iterator<Item = &Path> {
+        self.failures
+            .values()
+            .filter(move |failure| failure.contested.as_ref() == Some(name))
+            .map(|failure| failure.path.as_path())
+    }
+
     /// Puts `skill` in place of whatever its file provided before.
-    fn install(&mut self, skill: LoadedSkill) -> Result<(), String> {
+    fn install(&mut self, skill: LoadedSkill) -> Result<(), FileError> {
         let name = skill.component.name().clone();
         if let Some(holder) = self
             .skills
             .get(&name)
             .filter(|held| held.path != skill.path)
         {
-            return Err(format!(
-                "skill name `{name}` is already taken by {}",
-                holder.path.display()
-            ));
+            return Err(FileError::NameTaken {
+                name,
+                holder: holder.path.clone(),
+            });
         }
         self.remove(&skill.path);
         self.failures.remove(&skill.path);
@@ -103,18 +246,19 @@ impl SkillSnapshot {
         self.skills.remove(&name)
     }
 
-    fn fail(&mut self, path: &Path, reason: String) {
-        let path = path.to_owned();
-        self.failures
-            .insert(path.clone(), LoadFailure { path, reason });
+    fn fail(&mut self, failure: LoadFailure) {
+        self.failures.insert(failure.path.clone(), failure);
     }
 }
 
 /// Name, version and digest of one loaded version of a skill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SkillVersion {
+    /// The skill's name.
     pub name: SkillName,
+    /// Its manifest version (semver).
     pub version: String,
+    /// `sha256:<hex>` of the component file's bytes.
     pub digest: String,
 }
 
@@ -134,22 +278,31 @@ impl SkillVersion {
 pub enum ReloadOutcome {
     /// A skill was added or replaced by the file's new content.
     Loaded,
-    /// The file's content is what is already loaded; nothing changed.
+    /// Nothing changed: the file's content is the one already loaded (a
+    /// pending failure of the file, if any, is cleared) or the one already
+    /// refused, or a missing file provided nothing.
     Unchanged,
-    /// The file was deleted and its skill unloaded.
+    /// The file is gone (deleted, or renamed away) and its skill unloaded.
     Unloaded,
     /// The new content was refused; `old`, if any, keeps serving.
-    Rejected { reason: String },
+    Rejected {
+        /// Which check refused it.
+        kind: FailureKind,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// One change to the registry, for subscribers of [`SkillRegistry::subscribe`].
 #[derive(Debug, Clone, Serialize)]
 pub struct ReloadEvent {
+    /// The file that changed.
     pub path: PathBuf,
     /// The version serving from this file before the change.
     pub old: Option<SkillVersion>,
     /// The version serving from this file after the change.
     pub new: Option<SkillVersion>,
+    /// What happened.
     #[serde(flatten)]
     pub outcome: ReloadOutcome,
 }
@@ -158,15 +311,18 @@ pub struct ReloadEvent {
 /// files are [`LoadFailure`]s in the snapshot instead.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// Listing the directory failed.
     #[error("cannot read skills directory {}: {source}", dir.display())]
     ReadDir {
+        /// The directory.
         dir: PathBuf,
+        /// Why.
         source: std::io::Error,
     },
 }
 
 /// Events kept for a subscriber that falls behind; older ones are dropped
-/// and the subscriber is told how many it missed.
+/// and the subscriber is told how many it missed. Default: 256.
 const EVENT_BUFFER: usize = 256;
 
 /// Turns a file's bytes into a loaded skill: signature first, then compile,
@@ -178,17 +334,15 @@ struct Loader {
 }
 
 impl Loader {
-    async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedSkill, String> {
+    async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedSkill, FileError> {
         // Verification reads only the bytes, so it happens before any of
         // them reach the compiler.
         let signer = match self.policy.check(path, &bytes) {
             Ok(Verification::Verified(verified)) => Some(verified.signer),
             Ok(Verification::Unverified) => None,
-            Err(error) => return Err(format!("signature refused: {error}")),
+            Err(error) => return Err(FileError::Signature(error)),
         };
-        let component = SkillComponent::load(&self.runtime, bytes, &self.tools)
-            .await
-            .map_err(|e| e.to_string())?;
+        let component = SkillComponent::load(&self.runtime, bytes, &self.tools).await?;
         Ok(LoadedSkill {
             component,
             path: path.to_owned(),
@@ -196,20 +350,26 @@ impl Loader {
         })
     }
 
-    async fn load_file(&self, path: &Path) -> Result<LoadedSkill, String> {
+    async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
         let bytes = tokio::fs::read(path)
             .await
-            .map_err(|e| format!("cannot read file: {e}"))?;
-        self.load(path, bytes).await
+            .map_err(|error| FileError::Read(error).into_failure(path, None))?;
+        let digest = digest_of(&bytes);
+        self.load(path, bytes)
+            .await
+            .map_err(|error| error.into_failure(path, Some(digest)))
     }
 }
 
 /// The loaded skills of one directory.
 pub struct SkillRegistry {
-    loader: Arc<Loader>,
+    loader: Loader,
     current: ArcSwap<SkillSnapshot>,
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
+    /// One lock per file ever synced, so that syncs of one file never
+    /// overlap (an older read finishing last would win).
+    syncing: std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     events: broadcast::Sender<ReloadEvent>,
 }
 
@@ -217,19 +377,22 @@ impl SkillRegistry {
     /// An empty registry whose skills must pass `policy`.
     pub fn new(runtime: Runtime, tools: Arc<ToolRegistry>, policy: SignaturePolicy) -> Self {
         Self {
-            loader: Arc::new(Loader {
+            loader: Loader {
                 runtime,
                 tools,
                 policy,
-            }),
+            },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
+            syncing: std::sync::Mutex::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
         }
     }
 
-    /// Loads every `*.wasm` in `dir`, compiling in parallel. Files that fail
-    /// are reported in the snapshot's failures; the others load.
+    /// Loads every `*.wasm` in `dir`, as many at a time as there are cores
+    /// (each compile runs off the async executor). Files that fail are
+    /// reported in the snapshot's failures; the others load. Of two files
+    /// declaring the same skill name, the first by path wins.
     pub async fn load_dir(
         runtime: Runtime,
         tools: Arc<ToolRegistry>,
@@ -241,25 +404,29 @@ impl SkillRegistry {
             dir: dir.to_owned(),
             source,
         })?;
-        let mut tasks = tokio::task::JoinSet::new();
-        for path in paths {
-            let loader = registry.loader.clone();
-            tasks.spawn(async move {
+        let loader = &registry.loader;
+        let parallel = std::thread::available_parallelism().map_or(1, NonZero::get);
+        let mut loaded: Vec<_> = futures::stream::iter(paths)
+            .map(|path| async move {
                 let result = loader.load_file(&path).await;
                 (path, result)
-            });
-        }
-        let mut loaded = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            loaded.push(joined.expect("a skill load task panicked"));
-        }
+            })
+            .buffer_unordered(parallel)
+            .collect()
+            .await;
         // Sorted so that which of two same-named files wins is stable.
         loaded.sort_by(|a, b| a.0.cmp(&b.0));
         let mut snapshot = SkillSnapshot::default();
         for (path, result) in loaded {
-            if let Err(reason) = result.and_then(|skill| snapshot.install(skill)) {
-                tracing::warn!(path = %path.display(), %reason, "skill not loaded");
-                snapshot.fail(&path, reason);
+            let installed = result.and_then(|skill| {
+                let digest = skill.component.digest().to_owned();
+                snapshot
+                    .install(skill)
+                    .map_err(|error| error.into_failure(&path, Some(digest)))
+            });
+            if let Err(failure) = installed {
+                tracing::warn!(path = %path.display(), reason = %failure.reason, "skill not loaded");
+                snapshot.fail(failure);
             }
         }
         registry.current.store(Arc::new(snapshot));
@@ -271,6 +438,8 @@ impl SkillRegistry {
         self.current.load_full()
     }
 
+    /// The current version of the skill `name`. The component stays usable
+    /// (and runs this version) however the registry changes afterwards.
     pub fn get(&self, name: &str) -> Option<SkillComponent> {
         self.current
             .load()
@@ -278,10 +447,12 @@ impl SkillRegistry {
             .map(|skill| skill.component.clone())
     }
 
+    /// The runtime skills are compiled and run on.
     pub fn runtime(&self) -> &Runtime {
         &self.loader.runtime
     }
 
+    /// The tools skills may call.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         &self.loader.tools
     }
@@ -292,114 +463,226 @@ impl SkillRegistry {
     }
 
     /// Brings the registry in line with the file at `path`: loads it when it
-    /// exists, unloads its skill when it does not.
+    /// exists, unloads its skill when it does not (see the module docs for
+    /// the rules). Returns what happened to `path`; files that were waiting
+    /// for a skill name `path` released are synced too, and their events are
+    /// broadcast.
     pub async fn sync_path(&self, path: &Path) -> ReloadEvent {
+        let (event, mut waiting) = self.sync_file(path).await;
+        while !waiting.is_empty() {
+            let next = waiting.remove(0);
+            waiting.extend(self.sync_file(&next).await.1);
+        }
+        event
+    }
+
+    /// Syncs one file; returns its event and the files waiting for a skill
+    /// name the change released.
+    async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
+        let lock = self
+            .syncing
+            .lock()
+            .expect("sync lock table poisoned")
+            .entry(path.to_owned())
+            .or_default()
+            .clone();
+        let _syncing = lock.lock().await;
         let bytes = match tokio::fs::read(path).await {
             Ok(bytes) => bytes,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.unload(path).await;
             }
-            Err(error) => {
-                return self
-                    .reject(path, format!("cannot read file: {error}"))
-                    .await;
-            }
+            Err(error) => return self.reject(path, FileError::Read(error), None).await,
         };
-        let digest = crate::runtime::digest_of(&bytes);
+        let digest = digest_of(&bytes);
         let current = self.snapshot();
-        if let Some(skill) = current
-            .skill_at(path)
-            .filter(|skill| skill.component.digest() == digest)
-        {
-            let version = Some(SkillVersion::of(&skill.component));
-            return self.emit(ReloadEvent {
+        if current.is_settled(path, &digest) {
+            let serving = current
+                .skill_at(path)
+                .map(|skill| SkillVersion::of(&skill.component));
+            let event = ReloadEvent {
                 path: path.to_owned(),
-                old: version.clone(),
-                new: version,
+                old: serving.clone(),
+                new: serving,
                 outcome: ReloadOutcome::Unchanged,
-            });
+            };
+            return (event, Vec::new());
+        }
+        if current
+            .skill_at(path)
+            .is_some_and(|skill| skill.component.digest() == digest)
+        {
+            // The loaded content is back (e.g. a half-written update was
+            // completed with the old content): only the failure goes.
+            return self.clear_failure(path).await;
         }
         // Verify and compile outside the writer lock: a slow compile must
         // not hold up changes to other files.
         match self.loader.load(path, bytes).await {
             Ok(skill) => self.install(skill).await,
-            Err(reason) => self.reject(path, reason).await,
+            Err(error) => self.reject(path, error, Some(digest)).await,
         }
     }
 
-    async fn install(&self, skill: LoadedSkill) -> ReloadEvent {
-        let _writer = self.writer.lock().await;
-        let path = skill.path.clone();
+    async fn install(&self, skill: LoadedSkill) -> (ReloadEvent, Vec<PathBuf>) {
+        let writer = self.writer.lock().await;
         let mut next = SkillSnapshot::clone(&self.current.load());
+        let path = skill.path.clone();
+        let mut events = Vec::new();
+        // The file holding this name is gone: it was renamed to `path` (or
+        // deleted) and its own sync is still on its way. Take the skill over
+        // now, in this swap, so that it never disappears in between.
+        let moved_from = next
+            .skills
+            .get(skill.component.name())
+            .map(|holder| holder.path.clone())
+            .filter(|holder| *holder != path && matches!(holder.try_exists(), Ok(false)));
+        if let Some(holder) = moved_from {
+            let old = next
+                .remove(&holder)
+                .map(|moved| SkillVersion::of(&moved.component));
+            next.failures.remove(&holder);
+            events.push(ReloadEvent {
+                path: holder,
+                old,
+                new: None,
+                outcome: ReloadOutcome::Unloaded,
+            });
+        }
         let old = next
             .skill_at(&path)
             .map(|held| SkillVersion::of(&held.component));
         let new = SkillVersion::of(&skill.component);
-        let outcome = match next.install(skill) {
-            Ok(()) => ReloadOutcome::Loaded,
-            Err(reason) => {
-                next.fail(&path, reason.clone());
-                ReloadOutcome::Rejected { reason }
+        let digest = new.digest.clone();
+        let event = match next.install(skill) {
+            Ok(()) => ReloadEvent {
+                path,
+                old,
+                new: Some(new),
+                outcome: ReloadOutcome::Loaded,
+            },
+            Err(error) => {
+                let failure = error.into_failure(&path, Some(digest));
+                let outcome = rejected(&failure);
+                next.fail(failure);
+                ReloadEvent {
+                    path,
+                    new: old.clone(),
+                    old,
+                    outcome,
+                }
             }
         };
-        let new = if outcome == ReloadOutcome::Loaded {
-            Some(new)
-        } else {
-            old.clone()
-        };
-        self.current.store(Arc::new(next));
-        self.emit(ReloadEvent {
-            path,
-            old,
-            new,
-            outcome,
-        })
+        events.push(event.clone());
+        (event, self.commit(writer, next, &events))
     }
 
-    async fn reject(&self, path: &Path, reason: String) -> ReloadEvent {
-        let _writer = self.writer.lock().await;
+    async fn reject(
+        &self,
+        path: &Path,
+        error: FileError,
+        digest: Option<String>,
+    ) -> (ReloadEvent, Vec<PathBuf>) {
+        let writer = self.writer.lock().await;
         let mut next = SkillSnapshot::clone(&self.current.load());
-        let old = next
+        let serving = next
             .skill_at(path)
             .map(|skill| SkillVersion::of(&skill.component));
-        next.fail(path, reason.clone());
-        self.current.store(Arc::new(next));
-        self.emit(ReloadEvent {
+        let failure = error.into_failure(path, digest);
+        let event = ReloadEvent {
             path: path.to_owned(),
-            new: old.clone(),
-            old,
-            outcome: ReloadOutcome::Rejected { reason },
-        })
+            old: serving.clone(),
+            new: serving,
+            outcome: rejected(&failure),
+        };
+        next.fail(failure);
+        let waiting = self.commit(writer, next, std::slice::from_ref(&event));
+        (event, waiting)
     }
 
-    async fn unload(&self, path: &Path) -> ReloadEvent {
-        let _writer = self.writer.lock().await;
+    async fn clear_failure(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
+        let writer = self.writer.lock().await;
+        let mut next = SkillSnapshot::clone(&self.current.load());
+        let serving = next
+            .skill_at(path)
+            .map(|skill| SkillVersion::of(&skill.component));
+        next.failures.remove(path);
+        let event = ReloadEvent {
+            path: path.to_owned(),
+            old: serving.clone(),
+            new: serving,
+            outcome: ReloadOutcome::Unchanged,
+        };
+        let waiting = self.commit(writer, next, std::slice::from_ref(&event));
+        (event, waiting)
+    }
+
+    async fn unload(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
+        let writer = self.writer.lock().await;
         let mut next = SkillSnapshot::clone(&self.current.load());
         let old = next
             .remove(path)
             .map(|skill| SkillVersion::of(&skill.component));
-        next.failures.remove(path);
-        self.current.store(Arc::new(next));
-        self.emit(ReloadEvent {
+        let had_failure = next.failures.remove(path).is_some();
+        let outcome = if old.is_some() || had_failure {
+            ReloadOutcome::Unloaded
+        } else {
+            ReloadOutcome::Unchanged
+        };
+        let event = ReloadEvent {
             path: path.to_owned(),
             old,
             new: None,
-            outcome: ReloadOutcome::Unloaded,
-        })
+            outcome,
+        };
+        if event.outcome == ReloadOutcome::Unchanged {
+            return (event, Vec::new());
+        }
+        let waiting = self.commit(writer, next, std::slice::from_ref(&event));
+        (event, waiting)
     }
 
-    fn emit(&self, event: ReloadEvent) -> ReloadEvent {
+    /// Swaps `next` in and broadcasts `events`; returns the files waiting for
+    /// a skill name that `next` no longer holds. Takes the writer guard to
+    /// prove the lock is held.
+    fn commit(
+        &self,
+        _writer: MutexGuard<'_, ()>,
+        next: SkillSnapshot,
+        events: &[ReloadEvent],
+    ) -> Vec<PathBuf> {
+        let before = self.current.swap(Arc::new(next));
+        let after = self.current.load();
+        let waiting = before
+            .skills
+            .keys()
+            .filter(|name| !after.skills.contains_key(*name))
+            .flat_map(|name| after.contesting(name).map(Path::to_owned))
+            .collect();
+        for event in events {
+            self.emit(event);
+        }
+        waiting
+    }
+
+    fn emit(&self, event: &ReloadEvent) {
         match &event.outcome {
-            ReloadOutcome::Rejected { reason } => {
-                tracing::warn!(path = %event.path.display(), %reason, "skill update refused")
+            ReloadOutcome::Rejected { reason, .. } => {
+                tracing::warn!(path = %event.path.display(), %reason, serving = ?event.new, "skill update refused")
             }
             outcome => {
-                tracing::info!(path = %event.path.display(), ?outcome, new = ?event.new, "skills reloaded")
+                tracing::info!(path = %event.path.display(), ?outcome, old = ?event.old, new = ?event.new, "skills reloaded")
             }
         }
         // No subscribers is fine: events are for whoever listens.
         let _ = self.events.send(event.clone());
-        event
+    }
+}
+
+fn rejected(failure: &LoadFailure) -> ReloadOutcome {
+    ReloadOutcome::Rejected {
+        kind: failure.kind,
+        reason: failure.reason.clone(),
     }
 }
 
@@ -408,7 +691,8 @@ pub fn is_skill_file(path: &Path) -> bool {
     path.extension().is_some_and(|ext| ext == "wasm")
 }
 
-fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The skill component files in `dir`, sorted.
+pub(crate) fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();

@@ -6,6 +6,7 @@
 //! `invoke` only ever sees arguments that match its schema.
 
 pub mod demo;
+pub mod http;
 mod registry;
 
 pub use registry::{RegisterError, RegisteredTool, ToolRegistry};

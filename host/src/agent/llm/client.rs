@@ -201,13 +201,12 @@ impl LlmClient {
         result
     }
 
-    async fn call_with_retries(
-        &self,
-        request: &ChatRequest,
-        stream: bool,
-        span: &tracing::Span,
-    ) -> Result<ChatResponse, LlmError> {
+    /// The JSON body [`LlmClient::chat`] sends for `request`, byte for byte
+    /// (model from the config, streaming as `request.stream` or the config
+    /// says). Building it is the host's share of a round's cost.
+    pub fn request_body(&self, request: &ChatRequest) -> Result<Bytes, LlmError> {
         let config = &self.inner.config;
+        let stream = request.stream.unwrap_or(config.stream);
         let wire = WireRequest {
             model: &config.model,
             messages: &request.messages,
@@ -218,11 +217,22 @@ impl LlmClient {
                 include_usage: true,
             }),
         };
-        // Serialized once; each attempt sends the same bytes.
-        let body = Bytes::from(serde_json::to_vec(&wire).map_err(|e| ConfigError::Invalid {
+        let body = serde_json::to_vec(&wire).map_err(|e| ConfigError::Invalid {
             field: "request",
             reason: e.to_string(),
-        })?);
+        })?;
+        Ok(Bytes::from(body))
+    }
+
+    async fn call_with_retries(
+        &self,
+        request: &ChatRequest,
+        stream: bool,
+        span: &tracing::Span,
+    ) -> Result<ChatResponse, LlmError> {
+        let config = &self.inner.config;
+        // Serialized once; each attempt sends the same bytes.
+        let body = self.request_body(request)?;
         let deltas = request.deltas.as_ref();
         let mut attempts = 0u32;
         loop {

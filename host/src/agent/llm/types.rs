@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
 /// One message of a conversation, tagged by `role` on the wire.
@@ -202,13 +203,31 @@ fn arguments_as_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Strin
 
 /// A function the model may call:
 /// `{"type":"function","function":{"name","description","parameters"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Immutable, and serialized once, when built: a request copies each
+/// definition's JSON text instead of walking its schema again, so the
+/// host's share of a round stays small however many functions it offers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(from = "WireToolDefinition<FunctionDefinition>")]
 pub struct ToolDefinition {
+    function: FunctionDefinition,
+    /// The wire form of `function`, computed at construction.
+    json: Box<RawValue>,
+}
+
+/// [`ToolDefinition`] as it is written on the wire.
+#[derive(Serialize, Deserialize)]
+struct WireToolDefinition<F> {
     /// Always `"function"`.
     #[serde(rename = "type", default)]
-    pub kind: ToolType,
-    /// The function's name, description and parameter schema.
-    pub function: FunctionDefinition,
+    kind: ToolType,
+    function: F,
+}
+
+impl From<WireToolDefinition<FunctionDefinition>> for ToolDefinition {
+    fn from(wire: WireToolDefinition<FunctionDefinition>) -> Self {
+        Self::new(wire.function)
+    }
 }
 
 impl ToolDefinition {
@@ -219,19 +238,49 @@ impl ToolDefinition {
         description: impl Into<String>,
         parameters: Value,
     ) -> Self {
-        Self {
+        Self::new(FunctionDefinition {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        })
+    }
+
+    fn new(function: FunctionDefinition) -> Self {
+        let wire = WireToolDefinition {
             kind: ToolType::Function,
-            function: FunctionDefinition {
-                name: name.into(),
-                description: description.into(),
-                parameters,
-            },
-        }
+            function: &function,
+        };
+        // Strings and a JSON value: serializing them cannot fail.
+        let json = serde_json::value::to_raw_value(&wire)
+            .expect("a function definition always serializes");
+        Self { function, json }
     }
 
     /// The function's name.
     pub fn name(&self) -> &str {
         &self.function.name
+    }
+
+    /// The function's name, description and parameter schema.
+    pub fn definition(&self) -> &FunctionDefinition {
+        &self.function
+    }
+
+    /// The definition as sent: compact JSON text.
+    pub fn json(&self) -> &str {
+        self.json.get()
+    }
+}
+
+impl PartialEq for ToolDefinition {
+    fn eq(&self, other: &Self) -> bool {
+        self.function == other.function
+    }
+}
+
+impl Serialize for ToolDefinition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.json.serialize(serializer)
     }
 }
 
@@ -592,10 +641,18 @@ mod tests {
     #[test]
     fn tool_definition_serializes_in_openai_wire_format() {
         let tool = ToolDefinition::function("getCurrentTime", "", json!({"type": "object"}));
+        let wire = json!({"type": "function", "function": {"name": "getCurrentTime", "parameters": {"type": "object"}}});
+        assert_eq!(serde_json::to_value(&tool).unwrap(), wire);
+        // Serialized once, at construction; requests copy that text.
+        let text = r#"{"type":"function","function":{"name":"getCurrentTime","parameters":{"type":"object"}}}"#;
+        assert_eq!(tool.json(), text);
         assert_eq!(
-            serde_json::to_value(&tool).unwrap(),
-            json!({"type": "function", "function": {"name": "getCurrentTime", "parameters": {"type": "object"}}})
+            serde_json::to_string(&[Arc::new(tool.clone())]).unwrap(),
+            format!("[{text}]")
         );
+        let back: ToolDefinition = serde_json::from_value(wire).unwrap();
+        assert_eq!(back, tool);
+        assert_eq!(back.json(), tool.json());
     }
 
     #[test]

@@ -1,0 +1,189 @@
+//! The `skillhost serve --config FILE` file: one TOML file for the gateway,
+//! the agent, the LLM and HTTP tools. `skillhost.example.toml` at the
+//! repository root documents every key.
+//!
+//! Precedence, highest first: command-line flags, environment variables,
+//! the file, the defaults. Where skills, keys and the demo database live
+//! (`--skills`, `--trust`, `--db`, ...) is given as for every other command,
+//! and secrets never sit in the file: API keys come from
+//! `SKILLHOST_API_KEYS` / `SKILLHOST_ADMIN_KEY`, the LLM key from
+//! `OPENAI_API_KEY` or the variable `[llm] api_key_env` names, header
+//! secrets of HTTP tools from `${VAR}`s.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use skillhost::agent::llm::{ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
+use skillhost::agent::{AgentConfig, ConfirmationPolicy};
+use skillhost::tools::http::HttpToolConfig;
+
+/// The whole file. Every section and key is optional; unknown keys are
+/// errors, so a typo never silently falls back to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    agent: AgentSection,
+    #[serde(default)]
+    confirmation: ConfirmationSection,
+    #[serde(default)]
+    llm: LlmSection,
+    /// HTTP endpoints exposed as tools.
+    #[serde(default)]
+    pub tools: Vec<HttpToolConfig>,
+}
+
+/// `[server]`: the gateway.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    pub listen: Option<SocketAddr>,
+    pub body_limit: Option<usize>,
+    pub request_timeout_secs: Option<u64>,
+    pub shutdown_grace_secs: Option<u64>,
+    pub hot_reload: Option<bool>,
+}
+
+/// `[agent]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentSection {
+    system_prompt: Option<String>,
+    max_rounds: Option<u32>,
+    keep_public: Option<Vec<String>>,
+}
+
+/// `[confirmation]`: which calls wait for a person.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfirmationSection {
+    require_for_writes: Option<bool>,
+    #[serde(default)]
+    auto_approve: Vec<String>,
+    #[serde(default)]
+    always_ask: Vec<String>,
+    expiry_secs: Option<u64>,
+}
+
+/// `[llm]`: under `SKILLHOST_MODEL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LlmSection {
+    model: Option<String>,
+    base_url: Option<String>,
+    /// The environment variable holding the key.
+    api_key_env: Option<String>,
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the config file {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in the config file {}", path.display()))
+    }
+
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        // toml's errors carry the line, the column and the key at fault.
+        Ok(toml::from_str(text)?)
+    }
+
+    /// The agent's settings: the file over the defaults, `keep_public` (from
+    /// the command line or the environment) over the file.
+    pub fn agent_config(&self, keep_public: Option<Vec<String>>) -> AgentConfig {
+        let mut config = AgentConfig::default();
+        if let Some(prompt) = &self.agent.system_prompt {
+            config.system_prompt.clone_from(prompt);
+        }
+        if let Some(rounds) = self.agent.max_rounds {
+            config.max_rounds = rounds;
+        }
+        if let Some(tools) = keep_public.or_else(|| self.agent.keep_public.clone()) {
+            config.disclosure.keep_public = tools.into_iter().collect();
+        }
+        let confirmation = &self.confirmation;
+        let mut policy = ConfirmationPolicy::default();
+        if let Some(writes) = confirmation.require_for_writes {
+            policy.require_for_writes = writes;
+        }
+        if let Some(secs) = confirmation.expiry_secs {
+            policy.expiry = Duration::from_secs(secs);
+        }
+        for tool in &confirmation.auto_approve {
+            policy = policy.auto_approve(tool);
+        }
+        for tool in &confirmation.always_ask {
+            policy = policy.always_ask(tool);
+        }
+        config.confirmation = policy;
+        config
+    }
+
+    /// The LLM's variables: the environment, then the file.
+    pub fn llm_lookup<E: Fn(&str) -> Option<String>>(
+        &self,
+        env: E,
+    ) -> impl Fn(&str) -> Option<String> + use<E> {
+        let llm = self.llm.clone();
+        move |name| {
+            env(name)
+                .filter(|value| !value.trim().is_empty())
+                .or_else(|| match name {
+                    ENV_MODEL => llm.model.clone(),
+                    ENV_BASE_URL => llm.base_url.clone(),
+                    ENV_API_KEY => llm.api_key_env.as_deref().and_then(&env),
+                    _ => None,
+                })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../../../../skillhost.example.toml");
+
+    #[test]
+    fn the_example_file_parses_and_says_what_it_shows() {
+        let file = ConfigFile::parse(EXAMPLE).unwrap();
+        assert_eq!(file.server.listen, Some("127.0.0.1:8080".parse().unwrap()));
+        let agent = file.agent_config(None);
+        assert!(agent.disclosure.keep_public.contains("queryOrder"));
+        assert_eq!(file.tools.len(), 2);
+        // The example's secrets are environment variables, not values.
+        assert!(!EXAMPLE.contains("sk-"));
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_the_key() {
+        let error = ConfigFile::parse("[server]\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
+        let text = format!("{error:#}");
+        assert!(text.contains("lisen") && text.contains("line 2"), "{text}");
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let file = ConfigFile::parse(
+            "[llm]\nmodel = \"file-model\"\nbase_url = \"http://file/v1\"\napi_key_env = \"MY_KEY\"\n",
+        )
+        .unwrap();
+        let env: HashMap<&str, &str> = [(ENV_MODEL, "env-model"), ("MY_KEY", "k")].into();
+        let lookup = file.llm_lookup(move |name| env.get(name).map(|v| (*v).to_owned()));
+        assert_eq!(lookup(ENV_MODEL).as_deref(), Some("env-model"));
+        assert_eq!(lookup(ENV_BASE_URL).as_deref(), Some("http://file/v1"));
+        assert_eq!(lookup(ENV_API_KEY).as_deref(), Some("k"));
+        let keep = file
+            .agent_config(Some(vec!["a".into()]))
+            .disclosure
+            .keep_public;
+        assert_eq!(keep.into_iter().collect::<Vec<_>>(), ["a"]);
+    }
+}

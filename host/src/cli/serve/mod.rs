@@ -1,0 +1,232 @@
+//! `skillhost serve`: the HTTP gateway (`skillhost::gateway`) over the demo
+//! shop, with hot reload.
+
+mod config;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use skillhost::embed::SkillHost;
+use skillhost::gateway::{self, Gateway, GatewayConfig};
+use skillhost::tools::Tool;
+use skillhost::tools::demo::DemoDb;
+use skillhost::tools::http::HttpTool;
+
+use super::HostArgs;
+use config::ConfigFile;
+
+/// Where the gateway listens unless told otherwise: loopback only, so that
+/// a gateway without API keys is not reachable from other machines.
+const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// Time in-flight requests get after SIGINT or SIGTERM. Default: 30 s, the
+/// grace period container orchestrators give before killing a process.
+const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// `skillhost serve`. Options left unset come from `--config`'s file, then
+/// the defaults shown.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Routes: POST /v1/chat/completions (OpenAI-compatible; needs an LLM), \
+    POST /v1/confirmations/{id}, GET /v1/models, GET /v1/skills, GET /v1/skills/{name}, \
+    POST /v1/skills/{name}/invoke; admin: GET /v1/events, GET /v1/confirmations, GET /metrics; \
+    open: GET /healthz.\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
+    OPENAI_BASE_URL and OPENAI_API_KEY (or [llm] in the config file). Without one, everything \
+    but chat works and chat answers 503.\n\nPass keys through the environment rather than the \
+    command line, where other users of the machine can read them."
+)]
+pub struct ServeArgs {
+    /// A TOML config file (see skillhost.example.toml): server, agent,
+    /// confirmation and LLM settings, HTTP tools.
+    #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
+    config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:8080]. Beyond loopback, set
+    /// API keys.
+    #[arg(long, env = "SKILLHOST_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// API keys clients send as `Authorization: Bearer <key>`; comma-separated
+    /// or repeated. None: the API routes are open.
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "SKILLHOST_API_KEYS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// The key of the admin routes (events, pending confirmations, metrics).
+    /// None: admin routes are open only when no API key is set either.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "SKILLHOST_ADMIN_KEY",
+        hide_env_values = true
+    )]
+    admin_key: Option<String>,
+    /// Largest request body, in bytes [default: 1048576].
+    #[arg(long, value_name = "BYTES", env = "SKILLHOST_BODY_LIMIT")]
+    body_limit: Option<usize>,
+    /// Time a request may take, in seconds [default: 300].
+    #[arg(long, value_name = "SECONDS", env = "SKILLHOST_REQUEST_TIMEOUT")]
+    request_timeout: Option<u64>,
+    /// Tools the main agent keeps seeing even when skills absorb them,
+    /// comma-separated (article 003: queryOrder,searchKnowledge,getCurrentTime)
+    /// [default: none].
+    #[arg(
+        long,
+        value_name = "TOOL",
+        env = "SKILLHOST_KEEP_PUBLIC",
+        value_delimiter = ','
+    )]
+    keep_public: Option<Vec<String>>,
+    /// Load the skills directory once; do not watch it for changes.
+    #[arg(long)]
+    no_watch: bool,
+    /// Seconds to let in-flight requests finish after SIGINT or SIGTERM
+    /// [default: 30].
+    #[arg(long, value_name = "SECONDS")]
+    shutdown_grace: Option<u64>,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
+    let file = match &args.config {
+        Some(path) => ConfigFile::load(path)?,
+        None => ConfigFile::default(),
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let http_tools = file
+        .tools
+        .iter()
+        .map(|tool| HttpTool::new(tool.clone(), env).map(|tool| Arc::new(tool) as Arc<dyn Tool>))
+        .collect::<Result<Vec<_>, _>>()?;
+    let server = &file.server;
+    let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
+    let db = Arc::new(DemoDb::open(&args.host.db)?);
+    let host = SkillHost::builder(&args.host.skills, args.host.signature_policy()?)
+        .runtime_config(args.host.runtime_config())
+        .demo_tools(db)
+        .register_tools(|tools| {
+            http_tools
+                .into_iter()
+                .try_for_each(|tool| tools.register(tool))
+        })
+        .agent_config(file.agent_config(args.keep_public.clone()))
+        .llm_from_lookup(file.llm_lookup(env))
+        .hot_reload(hot_reload)
+        .build()
+        .await
+        .context("starting the host")?;
+    report_host(&host, hot_reload);
+    let gateway = Gateway::new(
+        host,
+        GatewayConfig {
+            api_keys: args.api_keys.clone(),
+            admin_key: args.admin_key.clone(),
+            body_limit: args
+                .body_limit
+                .or(server.body_limit)
+                .unwrap_or(gateway::DEFAULT_BODY_LIMIT),
+            request_timeout: args
+                .request_timeout
+                .or(server.request_timeout_secs)
+                .map_or(gateway::DEFAULT_REQUEST_TIMEOUT, Duration::from_secs),
+        },
+    );
+    let listen = match args.listen.or(server.listen) {
+        Some(listen) => listen,
+        None => DEFAULT_LISTEN.parse().expect("a valid default address"),
+    };
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    let address = listener.local_addr()?;
+    if !address.ip().is_loopback() && args.api_keys.is_empty() {
+        eprintln!(
+            "WARNING: listening on {address} without API keys: anyone who can reach it can run \
+             skills and approve writes (set SKILLHOST_API_KEYS)"
+        );
+    }
+    eprintln!("skillhost serving on http://{address} (OpenAI base URL http://{address}/v1)");
+
+    let (stopping, mut stop) = watch::channel(false);
+    let served = gateway.serve(listener, async move {
+        shutdown_signal().await;
+        eprintln!("shutting down: letting in-flight requests finish");
+        stopping.send_replace(true);
+    });
+    let grace = args
+        .shutdown_grace
+        .or(server.shutdown_grace_secs)
+        .map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_secs);
+    tokio::select! {
+        served = served => served.context("serving")?,
+        _ = async {
+            let _ = stop.wait_for(|stopping| *stopping).await;
+            tokio::time::sleep(grace).await;
+        } => eprintln!("in-flight requests did not finish within {grace:?}; exiting"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What loaded, what did not, and whether chat is available.
+fn report_host(host: &SkillHost, hot_reload: bool) {
+    let snapshot = host.snapshot();
+    let names: Vec<&str> = snapshot
+        .skills()
+        .map(|skill| skill.component.name().as_str())
+        .collect();
+    eprintln!(
+        "loaded {} skill(s){}: {}",
+        names.len(),
+        if hot_reload {
+            ", watching for changes"
+        } else {
+            ""
+        },
+        names.join(", ")
+    );
+    for failure in snapshot.failures() {
+        eprintln!("FAILED {}: {}", failure.path.display(), failure.reason);
+    }
+    match host.llm() {
+        Ok(llm) => eprintln!("LLM: {} at {}", llm.config().model, llm.config().base_url),
+        Err(why) => eprintln!("no LLM: chat completions answer 503 ({why})"),
+    }
+}
+
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

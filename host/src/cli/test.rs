@@ -1,0 +1,186 @@
+//! `skillhost test`: run the test cases skills carry in their manifests.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+
+use skillhost::agent::cases::{CaseReport, Verdict, run_case};
+use skillhost::agent::llm::{ConfigError, LlmClient, LlmConfig};
+use skillhost::agent::{Agent, SkillPath};
+use skillhost::runtime::Runtime;
+use skillhost::skills::{LoadFailure, SkillRegistry};
+use skillhost::tools::ToolRegistry;
+use skillhost::tools::demo::{self, DemoDb};
+
+use super::HostArgs;
+
+/// `skillhost test`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Each case runs on its own fresh in-memory demo shop, so cases cannot \
+    interfere and nothing is written anywhere (--db is not used): write tools are APPROVED \
+    AUTOMATICALLY during `skillhost test`.\n\nSkills with deterministic steps need no LLM. Skills that run on their \
+    instructions use the configured model (SKILLHOST_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY); \
+    without one their cases are reported as skipped.\n\nExits non-zero when a case fails or, \
+    when no skill is named, when a file in the skills directory fails to load."
+)]
+pub struct TestArgs {
+    /// Skills to test, by name. Default: every loaded skill.
+    #[arg(value_name = "SKILL")]
+    names: Vec<String>,
+    /// Print the reports as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    let llm = match LlmConfig::from_env() {
+        Ok(config) => Some(LlmClient::new(config)?),
+        Err(ConfigError::NotConfigured { .. }) => None,
+        Err(error) => return Err(error.into()),
+    };
+    let skills = Arc::new(load_skills(&args.host).await?);
+    let snapshot = skills.snapshot();
+    let selected: Vec<_> = if args.names.is_empty() {
+        snapshot.skills().collect()
+    } else {
+        let loaded: Vec<String> = snapshot
+            .skills()
+            .map(|skill| skill.component.name().to_string())
+            .collect();
+        args.names
+            .iter()
+            .map(|name| {
+                snapshot.get(name).with_context(|| {
+                    format!(
+                        "no skill named `{name}` is loaded (loaded: {})",
+                        loaded.join(", ")
+                    )
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    // Files that did not load are failures only when every skill is tested.
+    let load_failures: Vec<&LoadFailure> = if args.names.is_empty() {
+        snapshot.failures().collect()
+    } else {
+        Vec::new()
+    };
+    if !args.json {
+        for failure in &load_failures {
+            println!(
+                "FAIL {}: did not load: {}",
+                failure.path.display(),
+                failure.reason
+            );
+        }
+    }
+    let mut reports: Vec<CaseReport> = Vec::new();
+    let mut without_cases = Vec::new();
+    for skill in selected {
+        let manifest = skill.component.manifest();
+        if manifest.test_cases.is_empty() {
+            without_cases.push(manifest.name.to_string());
+            if !args.json {
+                println!("---- {} has no test cases", manifest.name);
+            }
+            continue;
+        }
+        for case in &manifest.test_cases {
+            let mut agent = Agent::builder(skills.clone()).tools(scratch_tools()?);
+            if let Some(llm) = &llm {
+                agent = agent.llm(llm.clone());
+            }
+            let report = run_case(&agent.build(), &manifest.name, case).await;
+            if !args.json {
+                print_report(&report);
+            }
+            reports.push(report);
+        }
+    }
+    let count = |wanted: fn(&Verdict) -> bool| {
+        reports
+            .iter()
+            .filter(|report| wanted(&report.verdict))
+            .count()
+    };
+    let passed = count(|verdict| matches!(verdict, Verdict::Passed));
+    let failed = count(|verdict| matches!(verdict, Verdict::Failed { .. })) + load_failures.len();
+    let skipped = count(|verdict| matches!(verdict, Verdict::Skipped { .. }));
+    if args.json {
+        let summary = json!({
+            "cases": reports,
+            "load_failures": load_failures,
+            "without_cases": without_cases,
+            "passed": passed,
+            "failed": failed,
+            "skipped": skipped,
+        });
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!("cases: {passed} passed, {failed} failed, {skipped} skipped");
+    }
+    Ok(if failed > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The skills of the directory, resolved against the demo tools. The
+/// tools' database is a throwaway: cases run on their own.
+async fn load_skills(args: &HostArgs) -> anyhow::Result<SkillRegistry> {
+    let policy = args.signature_policy()?;
+    let runtime = Runtime::new(args.runtime_config())?;
+    Ok(SkillRegistry::load_dir(runtime, scratch_tools()?, policy, &args.skills).await?)
+}
+
+/// Every demo tool on a fresh, seeded in-memory shop.
+fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
+    let db = Arc::new(DemoDb::in_memory()?);
+    let mut tools = ToolRegistry::new();
+    demo::register_all(&mut tools, db)?;
+    Ok(Arc::new(tools))
+}
+
+fn print_report(report: &CaseReport) {
+    let path = match report.path {
+        Some(SkillPath::Steps) => "steps",
+        Some(SkillPath::Llm) => "LLM",
+        None => "not started",
+    };
+    let title = format!("{} › {}", report.skill, report.case);
+    match &report.verdict {
+        Verdict::Passed => println!(
+            "PASS {title} ({path}; called {}; {} LLM call(s); {:.1} ms)",
+            list(&report.tools_called),
+            report.llm_calls,
+            report.elapsed.as_secs_f64() * 1e3
+        ),
+        Verdict::Failed { failures } => {
+            println!("FAIL {title} ({path})");
+            for failure in failures {
+                println!("       {failure}");
+            }
+            if let Some(result) = &report.result {
+                println!("       result: {result}");
+            }
+        }
+        Verdict::Skipped { reason } => println!("SKIP {title}: skipped: {reason}"),
+    }
+    if !report.auto_approved.is_empty() {
+        println!("       auto-approved: {}", report.auto_approved.join(", "));
+    }
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "no tools".to_owned()
+    } else {
+        items.join(", ")
+    }
+}

@@ -1,0 +1,226 @@
+//! What a [`SkillHost`](super::SkillHost) reports to its subscribers: reloads,
+//! skill invocations and confirmations, from every run it starts.
+//!
+//! Each run's [`AgentEvent`]s pass through an observer on their way to the
+//! run's caller. The observer records metrics (synchronously, so no figure is
+//! lost) and publishes the events subscribers care about as [`HostEvent`]s
+//! (on a bounded broadcast channel: a subscriber that falls behind is told
+//! how many it missed).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc};
+
+use super::metrics::HostMetrics;
+use crate::agent::{
+    AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunHandle, RunId,
+    SkillPath,
+};
+use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
+use crate::tools::ToolRegistry;
+
+/// Events kept for a subscriber that falls behind. Default: 1024 — a few
+/// seconds of a busy gateway's invocations.
+const EVENT_BUFFER: usize = 1024;
+
+/// One thing that happened in a host, for [`SkillHost::subscribe`](super::SkillHost::subscribe).
+/// Serialized with a `type` field naming the variant (`reload`,
+/// `invocation`, `confirmation_pending`, `confirmation_resolved`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HostEvent {
+    /// A skill file changed and the registry followed (or refused it).
+    Reload(ReloadEvent),
+    /// A skill invocation finished, whether the agent or a caller of
+    /// [`SkillHost::invoke`](super::SkillHost::invoke) started it.
+    Invocation(Invocation),
+    /// A run waits for a person's approval of a call.
+    ConfirmationPending(PendingConfirmation),
+    /// A pending confirmation was answered or expired.
+    ConfirmationResolved {
+        /// The confirmation.
+        id: ConfirmationId,
+        /// The run that waited.
+        run: RunId,
+        /// The tool it was for.
+        tool: String,
+        /// How it ended.
+        resolution: Resolution,
+    },
+}
+
+impl HostEvent {
+    /// The `type` field: `reload`, `invocation`, `confirmation_pending` or
+    /// `confirmation_resolved` (the SSE event name in the gateway).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Reload(_) => "reload",
+            Self::Invocation(_) => "invocation",
+            Self::ConfirmationPending(_) => "confirmation_pending",
+            Self::ConfirmationResolved { .. } => "confirmation_resolved",
+        }
+    }
+}
+
+/// A finished skill invocation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Invocation {
+    /// The run it belonged to.
+    pub run: RunId,
+    /// The skill.
+    pub skill: SkillName,
+    /// Deterministic steps or the sub-agent.
+    pub path: SkillPath,
+    /// What it produced, or why it failed.
+    pub outcome: CallOutcome,
+    /// How long it took, excluding time spent waiting for a person.
+    pub duration_ms: f64,
+}
+
+/// What every run of a host reports to: the metrics and the subscribers.
+pub(super) struct Observers {
+    pub(super) metrics: HostMetrics,
+    events: broadcast::Sender<HostEvent>,
+    /// To tell a model's invented function names from real ones.
+    tools: Arc<ToolRegistry>,
+}
+
+impl Observers {
+    pub(super) fn new(tools: Arc<ToolRegistry>) -> Self {
+        Self {
+            metrics: HostMetrics::new(),
+            events: broadcast::channel(EVENT_BUFFER).0,
+            tools,
+        }
+    }
+
+    pub(super) fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.events.subscribe()
+    }
+
+    fn publish(&self, event: HostEvent) {
+        // No subscribers is fine.
+        let _ = self.events.send(event);
+    }
+
+    pub(super) fn reload(&self, event: ReloadEvent, skills_loaded: usize) {
+        self.metrics.reload(&event, skills_loaded);
+        self.publish(HostEvent::Reload(event));
+    }
+
+    /// Puts an observer between the run of `handle` and its reader: the
+    /// caller reads the same events, in order, from `handle.events`.
+    pub(super) fn observe<T>(self: &Arc<Self>, handle: &mut RunHandle<T>) {
+        let (forward, events) = mpsc::unbounded_channel();
+        let mut source = std::mem::replace(&mut handle.events, events);
+        let mut tracker = RunTracker {
+            observers: self.clone(),
+            run: handle.id.clone(),
+            skill: None,
+            waiting_since: None,
+        };
+        tokio::spawn(async move {
+            while let Some(event) = source.recv().await {
+                tracker.observe(&event);
+                // The caller may have stopped reading; the run goes on.
+                let _ = forward.send(event);
+            }
+        });
+    }
+}
+
+/// Forwards the registry's reload events to `observers` until the registry
+/// is gone or the task is aborted.
+pub(super) async fn forward_reloads(registry: Arc<SkillRegistry>, observers: Arc<Observers>) {
+    let mut reloads = registry.subscribe();
+    loop {
+        match reloads.recv().await {
+            Ok(event) => observers.reload(event, registry.snapshot().len()),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(missed, "reload events missed by the host's observer");
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+/// A skill invocation in progress.
+struct SkillInFlight {
+    name: SkillName,
+    path: SkillPath,
+    started: Instant,
+    /// Time spent waiting for people, excluded from the latency.
+    waited: Duration,
+}
+
+/// Follows one run's events.
+struct RunTracker {
+    observers: Arc<Observers>,
+    run: RunId,
+    /// A run invokes skills one at a time (calls execute in order).
+    skill: Option<SkillInFlight>,
+    waiting_since: Option<Instant>,
+}
+
+impl RunTracker {
+    fn observe(&mut self, event: &AgentEvent) {
+        let observers = &*self.observers;
+        match event {
+            AgentEvent::SkillStarted { skill, path, .. } => {
+                self.skill = Some(SkillInFlight {
+                    name: skill.clone(),
+                    path: *path,
+                    started: Instant::now(),
+                    waited: Duration::ZERO,
+                });
+            }
+            AgentEvent::SkillFinished { skill, outcome } => {
+                let Some(in_flight) = self.skill.take().filter(|s| &s.name == skill) else {
+                    return;
+                };
+                let took = in_flight.started.elapsed().saturating_sub(in_flight.waited);
+                observers.metrics.invocation(skill, outcome, took);
+                observers.publish(HostEvent::Invocation(Invocation {
+                    run: self.run.clone(),
+                    skill: skill.clone(),
+                    path: in_flight.path,
+                    outcome: outcome.clone(),
+                    duration_ms: took.as_secs_f64() * 1000.0,
+                }));
+            }
+            AgentEvent::ToolCalled { tool, outcome, .. } => {
+                let known =
+                    observers.tools.contains(tool) || tool == crate::agent::catalog::LOAD_SKILL;
+                observers
+                    .metrics
+                    .tool_call(if known { tool } else { "unknown" }, outcome);
+            }
+            AgentEvent::Usage { caller, usage } => observers.metrics.llm_usage(caller, usage),
+            AgentEvent::ConfirmationPending(pending) => {
+                self.waiting_since = Some(Instant::now());
+                observers.metrics.confirmation_opened();
+                observers.publish(HostEvent::ConfirmationPending(pending.clone()));
+            }
+            AgentEvent::ConfirmationResolved {
+                id,
+                tool,
+                resolution,
+            } => {
+                if let (Some(since), Some(skill)) = (self.waiting_since.take(), &mut self.skill) {
+                    skill.waited += since.elapsed();
+                }
+                observers.metrics.confirmation_resolved(resolution);
+                observers.publish(HostEvent::ConfirmationResolved {
+                    id: id.clone(),
+                    run: self.run.clone(),
+                    tool: tool.clone(),
+                    resolution: resolution.clone(),
+                });
+            }
+            // Rounds, compactions, handovers, text: nothing the host counts.
+            _ => {}
+        }
+    }
+}

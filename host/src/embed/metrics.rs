@@ -1,0 +1,354 @@
+//! Prometheus metrics of one [`SkillHost`](super::SkillHost).
+//!
+//! Each host has its own registry (no global recorder), so several hosts in
+//! one process — an embedder's, a test's — keep separate counts. The host
+//! records what its runs and reloads report; the gateway adds its HTTP
+//! figures ([`HostMetrics::record_http`]). [`HostMetrics::encode`] renders
+//! the OpenMetrics text format, which Prometheus scrapes natively.
+//!
+//! | metric | labels | what |
+//! |---|---|---|
+//! | `skillhost_invocations_total` | `skill`, `outcome` (`done`, `failed`) | skill invocations, direct or by the agent |
+//! | `skillhost_invocation_duration_seconds` | `skill` | invocation latency, excluding time waiting for a person |
+//! | `skillhost_tool_calls_total` | `tool`, `outcome` (`done`, `failed`, `refused`, `declined`) | tool calls by agents and skills |
+//! | `skillhost_errors_total` | `kind` (`skill_failed`, `tool_failed`, `tool_refused`) | failures inside runs |
+//! | `skillhost_llm_calls_total` | `caller` (`main`, `skill`) | LLM calls that returned |
+//! | `skillhost_llm_tokens_total` | `type` (`prompt`, `completion`) | tokens the LLM server counted |
+//! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`) | confirmations opened and how they ended |
+//! | `skillhost_reloads_total` | `outcome` (`loaded`, `unchanged`, `unloaded`, `rejected`) | changes to the skills directory |
+//! | `skillhost_skills_loaded` | | skills serving now |
+//! | `skillhost_http_requests_total` | `route`, `method`, `status` | gateway requests |
+//! | `skillhost_http_request_duration_seconds` | `route` | gateway latency until the response starts |
+//! | `skillhost_http_errors_total` | `code` | gateway error responses by error code |
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::agent::llm::Usage;
+use crate::agent::{CallOutcome, Caller, Declined, Resolution};
+use crate::skills::{ReloadEvent, ReloadOutcome, SkillName};
+
+/// The content type of [`HostMetrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets: 100 µs doubling to about 3.3 s (16 buckets), wide enough
+/// for a warm sandboxed invocation (tens of µs) and an LLM round trip alike.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
+}
+
+type LatencyFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkillOutcome {
+    skill: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SkillLabel {
+    skill: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ToolOutcome {
+    tool: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallerLabel {
+    caller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenType {
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResolutionLabel {
+    resolution: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HttpRequest {
+    route: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabel {
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: &'static str,
+}
+
+/// The metrics of one host. Cheap to share (`Arc`); recording is lock-free
+/// once a label set has been seen.
+pub struct HostMetrics {
+    registry: Registry,
+    invocations: Family<SkillOutcome, Counter>,
+    invocation_seconds: LatencyFamily<SkillLabel>,
+    tool_calls: Family<ToolOutcome, Counter>,
+    errors: Family<Kind, Counter>,
+    llm_calls: Family<CallerLabel, Counter>,
+    llm_tokens: Family<TokenType, Counter>,
+    confirmations: Family<ResolutionLabel, Counter>,
+    reloads: Family<OutcomeLabel, Counter>,
+    skills_loaded: Gauge,
+    http_requests: Family<HttpRequest, Counter>,
+    http_seconds: LatencyFamily<RouteLabel>,
+    http_errors: Family<CodeLabel, Counter>,
+}
+
+impl std::fmt::Debug for HostMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for HostMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HostMetrics {
+    /// Every family registered, all at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("skillhost");
+        let metrics = Self {
+            invocations: Family::default(),
+            invocation_seconds: Family::new_with_constructor(latency_histogram),
+            tool_calls: Family::default(),
+            errors: Family::default(),
+            llm_calls: Family::default(),
+            llm_tokens: Family::default(),
+            confirmations: Family::default(),
+            reloads: Family::default(),
+            skills_loaded: Gauge::default(),
+            http_requests: Family::default(),
+            http_seconds: Family::new_with_constructor(latency_histogram),
+            http_errors: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "invocations",
+            "Skill invocations, direct or by the agent, by outcome",
+            metrics.invocations.clone(),
+        );
+        registry.register(
+            "invocation_duration_seconds",
+            "Skill invocation latency, excluding time waiting for a person",
+            metrics.invocation_seconds.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "Tool calls by agents and skills, by outcome",
+            metrics.tool_calls.clone(),
+        );
+        registry.register(
+            "errors",
+            "Failures inside runs, by kind",
+            metrics.errors.clone(),
+        );
+        registry.register(
+            "llm_calls",
+            "LLM calls that returned a response",
+            metrics.llm_calls.clone(),
+        );
+        registry.register(
+            "llm_tokens",
+            "Tokens counted by the LLM server",
+            metrics.llm_tokens.clone(),
+        );
+        registry.register(
+            "confirmations",
+            "Confirmations opened (pending) and how they ended",
+            metrics.confirmations.clone(),
+        );
+        registry.register(
+            "reloads",
+            "Changes to the skills directory, by outcome",
+            metrics.reloads.clone(),
+        );
+        registry.register(
+            "skills_loaded",
+            "Skills serving now",
+            metrics.skills_loaded.clone(),
+        );
+        registry.register(
+            "http_requests",
+            "Gateway requests by route, method and status",
+            metrics.http_requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Gateway latency until the response starts, by route",
+            metrics.http_seconds.clone(),
+        );
+        registry.register(
+            "http_errors",
+            "Gateway error responses by error code",
+            metrics.http_errors.clone(),
+        );
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// The OpenMetrics text exposition (content type [`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)
+            .expect("writing to a String cannot fail");
+        text
+    }
+
+    pub(super) fn invocation(&self, skill: &SkillName, outcome: &CallOutcome, took: Duration) {
+        let outcome = match outcome {
+            CallOutcome::Done { .. } => "done",
+            _ => {
+                self.error("skill_failed");
+                "failed"
+            }
+        };
+        let skill = skill.to_string();
+        self.invocations
+            .get_or_create(&SkillOutcome {
+                skill: skill.clone(),
+                outcome,
+            })
+            .inc();
+        self.invocation_seconds
+            .get_or_create(&SkillLabel { skill })
+            .observe(took.as_secs_f64());
+    }
+
+    /// A tool call; `tool` is the name as called, or `unknown` when no such
+    /// function exists (a model's invention must not create label values).
+    pub(super) fn tool_call(&self, tool: &str, outcome: &CallOutcome) {
+        let outcome = match outcome {
+            CallOutcome::Done { .. } => "done",
+            CallOutcome::Failed { .. } => {
+                self.error("tool_failed");
+                "failed"
+            }
+            CallOutcome::Refused { .. } => {
+                self.error("tool_refused");
+                "refused"
+            }
+            CallOutcome::Declined { .. } => "declined",
+        };
+        self.tool_calls
+            .get_or_create(&ToolOutcome {
+                tool: tool.to_owned(),
+                outcome,
+            })
+            .inc();
+    }
+
+    fn error(&self, kind: &'static str) {
+        self.errors.get_or_create(&Kind { kind }).inc();
+    }
+
+    pub(super) fn llm_usage(&self, caller: &Caller, usage: &Usage) {
+        let caller = match caller {
+            Caller::Main => "main",
+            Caller::Skill(_) => "skill",
+        };
+        self.llm_calls.get_or_create(&CallerLabel { caller }).inc();
+        for (kind, tokens) in [
+            ("prompt", usage.prompt_tokens),
+            ("completion", usage.completion_tokens),
+        ] {
+            self.llm_tokens
+                .get_or_create(&TokenType { r#type: kind })
+                .inc_by(tokens);
+        }
+    }
+
+    pub(super) fn confirmation_opened(&self) {
+        self.confirmation("pending");
+    }
+
+    pub(super) fn confirmation_resolved(&self, resolution: &Resolution) {
+        self.confirmation(match resolution {
+            Resolution::Approved => "approved",
+            Resolution::Declined(Declined::Rejected { .. }) => "rejected",
+            Resolution::Declined(Declined::Expired { .. }) => "expired",
+        });
+    }
+
+    fn confirmation(&self, resolution: &'static str) {
+        self.confirmations
+            .get_or_create(&ResolutionLabel { resolution })
+            .inc();
+    }
+
+    pub(super) fn reload(&self, event: &ReloadEvent, skills_loaded: usize) {
+        let outcome = match event.outcome {
+            ReloadOutcome::Loaded => "loaded",
+            ReloadOutcome::Unchanged => "unchanged",
+            ReloadOutcome::Unloaded => "unloaded",
+            ReloadOutcome::Rejected { .. } => "rejected",
+        };
+        self.reloads.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.set_skills_loaded(skills_loaded);
+    }
+
+    pub(super) fn set_skills_loaded(&self, skills: usize) {
+        self.skills_loaded
+            .set(i64::try_from(skills).unwrap_or(i64::MAX));
+    }
+
+    /// One gateway request: `route` is the route's pattern (e.g.
+    /// `/v1/skills/{name}`), never the raw path, so label values stay few.
+    /// `error_code` is the error's `code` when the response is an error.
+    pub fn record_http(
+        &self,
+        route: &str,
+        method: &str,
+        status: u16,
+        took: Duration,
+        error_code: Option<&'static str>,
+    ) {
+        self.http_requests
+            .get_or_create(&HttpRequest {
+                route: route.to_owned(),
+                method: method.to_owned(),
+                status,
+            })
+            .inc();
+        self.http_seconds
+            .get_or_create(&RouteLabel {
+                route: route.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+        if let Some(code) = error_code {
+            self.http_errors.get_or_create(&CodeLabel { code }).inc();
+        }
+    }
+}

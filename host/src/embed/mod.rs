@@ -1,0 +1,413 @@
+//! The embedding API: a whole host — sandbox, signed skills, tools, agent,
+//! hot reload, events and metrics — behind one entry point,
+//! [`SkillHost::builder`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use serde_json::json;
+//! use skillhost::agent::Decision;
+//! use skillhost::embed::SkillHost;
+//! use skillhost::skills::signature::{SignaturePolicy, TrustStore};
+//! use skillhost::tools::demo::DemoDb;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let trusted = TrustStore::load(&["keys/trusted"])?;
+//! let host = SkillHost::builder("skills", SignaturePolicy::Require(trusted))
+//!     .demo_tools(Arc::new(DemoDb::open("shop.db")?))
+//!     .llm_from_env() // none configured: only deterministic skills run
+//!     .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"])
+//!     .build()
+//!     .await?;
+//!
+//! // Run a skill's deterministic steps; approve its write on the spot.
+//! let run = host.invoke("processRefund", json!({"orderId": "88231", "reason": "broken"}))?;
+//! let finished = run.finish_with(|_pending| Decision::Approve).await;
+//! println!("{:?}", finished.result?.outcome);
+//!
+//! // Or watch everything the host does, from another task.
+//! let mut events = host.subscribe();
+//! while let Ok(event) = events.recv().await {
+//!     println!("{}", serde_json::to_string(&event)?);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! A [`SkillHost`] is cheap to clone; clones share everything. Hot reload
+//! (on unless [`SkillHostBuilder::hot_reload`] turns it off) and the event
+//! observers stop when the last clone is dropped. The HTTP gateway
+//! ([`crate::gateway`]) is built on this API and nothing else.
+
+mod events;
+pub mod metrics;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+pub use events::{HostEvent, Invocation};
+pub use metrics::HostMetrics;
+
+use crate::agent::catalog::DisclosureConfig;
+use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
+use crate::agent::{
+    Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations,
+    PendingConfirmation, RunHandle, RunOutput, SkillOutput,
+};
+use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::skills::registry::RegistryError;
+use crate::skills::signature::SignaturePolicy;
+use crate::skills::watcher::WatchError;
+use crate::skills::{SkillRegistry, SkillSnapshot, WatchHandle};
+use crate::tools::demo::{self, DemoDb};
+use crate::tools::{RegisterError, ToolRegistry};
+use events::Observers;
+
+/// Why a host could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A tool could not be registered.
+    #[error("registering tools: {0}")]
+    Tools(#[from] RegisterError),
+    /// The LLM settings are unusable (an absent LLM is not an error).
+    #[error("configuring the LLM: {0}")]
+    Llm(#[from] LlmError),
+    /// The sandbox could not start.
+    #[error("starting the sandbox: {0:#}")]
+    Runtime(anyhow::Error),
+    /// The skills directory could not be read. (A skill that fails to load
+    /// is not an error: it is reported in the snapshot's failures.)
+    #[error(transparent)]
+    Skills(#[from] RegistryError),
+    /// Hot reload was asked for and the directory cannot be watched.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+}
+
+/// Why a host has no LLM, phrased as how to configure one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NoLlm(String);
+
+/// Looks a setting up by its environment variable's name.
+type Lookup = Box<dyn Fn(&str) -> Option<String> + Send>;
+
+/// Where the LLM settings come from.
+enum LlmSetup {
+    None,
+    FromLookup(Lookup),
+    Config(LlmConfig),
+    Client(LlmClient),
+}
+
+/// Builds a [`SkillHost`]. Every setting has a documented default except
+/// the two [`SkillHost::builder`] requires.
+pub struct SkillHostBuilder {
+    skills_dir: PathBuf,
+    policy: SignaturePolicy,
+    tools: ToolRegistry,
+    /// The first failed registration, reported by `build`.
+    tools_error: Option<RegisterError>,
+    llm: LlmSetup,
+    runtime: RuntimeConfig,
+    agent: AgentConfig,
+    hot_reload: bool,
+}
+
+impl SkillHostBuilder {
+    /// The tools skills and the agent may call, replacing any registered so
+    /// far. Default: no tools (only skills that declare none load).
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Registers tools on the builder's registry, e.g. an application's own
+    /// [`Tool`](crate::tools::Tool)s. An error is reported by
+    /// [`SkillHostBuilder::build`].
+    pub fn register_tools(
+        mut self,
+        register: impl FnOnce(&mut ToolRegistry) -> Result<(), RegisterError>,
+    ) -> Self {
+        if let Err(error) = register(&mut self.tools) {
+            self.tools_error.get_or_insert(error);
+        }
+        self
+    }
+
+    /// Registers the demo shop's tools (both articles' dialects) on `db`.
+    pub fn demo_tools(self, db: Arc<DemoDb>) -> Self {
+        self.register_tools(|tools| demo::register_all(tools, db))
+    }
+
+    /// The LLM of the main agent and the skills' sub-agents. Default: none —
+    /// only skills with deterministic steps run, and chat is unavailable.
+    pub fn llm(mut self, config: LlmConfig) -> Self {
+        self.llm = LlmSetup::Config(config);
+        self
+    }
+
+    /// Like [`SkillHostBuilder::llm`], with a client built by the caller
+    /// (clones share its connection pool and usage totals).
+    pub fn llm_client(mut self, client: LlmClient) -> Self {
+        self.llm = LlmSetup::Client(client);
+        self
+    }
+
+    /// Reads the LLM settings from the environment when the host is built
+    /// ([`LlmConfig::from_env`]). Settings that are absent leave the host
+    /// without an LLM; settings that are present but invalid fail `build`.
+    pub fn llm_from_env(self) -> Self {
+        self.llm_from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`SkillHostBuilder::llm_from_env`], with the variables looked up
+    /// by `lookup` (e.g. the environment over a config file), see
+    /// [`LlmConfig::from_lookup`].
+    pub fn llm_from_lookup(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String> + Send + 'static,
+    ) -> Self {
+        self.llm = LlmSetup::FromLookup(Box::new(lookup));
+        self
+    }
+
+    /// Engine-wide settings. Default: [`RuntimeConfig::default`].
+    pub fn runtime_config(mut self, config: RuntimeConfig) -> Self {
+        self.runtime = config;
+        self
+    }
+
+    /// Per-invocation limits. Default: [`Limits::default`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.runtime.limits = limits;
+        self
+    }
+
+    /// The agent's settings, replacing any set so far (disclosure and
+    /// confirmation policy included). Default: [`AgentConfig::default`].
+    pub fn agent_config(mut self, config: AgentConfig) -> Self {
+        self.agent = config;
+        self
+    }
+
+    /// What the main agent is offered. Default: [`DisclosureConfig::default`].
+    pub fn disclosure(mut self, disclosure: DisclosureConfig) -> Self {
+        self.agent.disclosure = disclosure;
+        self
+    }
+
+    /// Tools that stay visible to the main agent even when skills absorb
+    /// them (article 003's `queryOrder`, `searchKnowledge`,
+    /// `getCurrentTime`). Default: none.
+    pub fn keep_public<S: Into<String>>(mut self, tools: impl IntoIterator<Item = S>) -> Self {
+        self.agent.disclosure.keep_public = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Which calls need a person's approval. Default:
+    /// [`ConfirmationPolicy::default`] (every write tool).
+    pub fn confirmation_policy(mut self, policy: ConfirmationPolicy) -> Self {
+        self.agent.confirmation = policy;
+        self
+    }
+
+    /// Watch the skills directory and swap skills in and out as files
+    /// change. Default: on — replacing a skill file is how a running host
+    /// is updated.
+    pub fn hot_reload(mut self, on: bool) -> Self {
+        self.hot_reload = on;
+        self
+    }
+
+    /// Starts the sandbox, loads the skills directory (in parallel; files
+    /// that fail are reported in [`SkillSnapshot::failures`]) and, with hot
+    /// reload, starts watching it. Call inside a Tokio runtime.
+    pub async fn build(self) -> Result<SkillHost, BuildError> {
+        if let Some(error) = self.tools_error {
+            return Err(error.into());
+        }
+        let llm = match self.llm {
+            LlmSetup::None => Err(NoLlm(AgentError::NotConfigured.to_string())),
+            LlmSetup::FromLookup(lookup) => match LlmConfig::from_lookup(lookup) {
+                Ok(config) => Ok(LlmClient::new(config)?),
+                Err(error @ ConfigError::NotConfigured { .. }) => Err(NoLlm(error.to_string())),
+                Err(error) => return Err(LlmError::from(error).into()),
+            },
+            LlmSetup::Config(config) => Ok(LlmClient::new(config)?),
+            LlmSetup::Client(client) => Ok(client),
+        };
+        let runtime = Runtime::new(self.runtime).map_err(BuildError::Runtime)?;
+        let tools = Arc::new(self.tools);
+        let skills = Arc::new(
+            SkillRegistry::load_dir(runtime, tools.clone(), self.policy, &self.skills_dir).await?,
+        );
+        let observers = Arc::new(Observers::new(tools));
+        observers.metrics.set_skills_loaded(skills.snapshot().len());
+        // Subscribed before the watcher starts, so no change is missed.
+        let reloads = AbortOnDrop(tokio::spawn(events::forward_reloads(
+            skills.clone(),
+            observers.clone(),
+        )));
+        let watch = if self.hot_reload {
+            Some(crate::skills::watch(skills.clone(), &self.skills_dir)?)
+        } else {
+            None
+        };
+        let mut agent = Agent::builder(skills.clone()).config(self.agent);
+        if let Ok(llm) = &llm {
+            agent = agent.llm(llm.clone());
+        }
+        Ok(SkillHost {
+            inner: Arc::new(Inner {
+                agent: agent.build(),
+                skills,
+                skills_dir: self.skills_dir,
+                llm,
+                observers,
+                _watch: watch,
+                _reloads: reloads,
+            }),
+        })
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A running host: invoke skills, run the agent, answer confirmations,
+/// subscribe to events, read metrics. Cheap to clone.
+#[derive(Clone)]
+pub struct SkillHost {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    agent: Agent,
+    skills: Arc<SkillRegistry>,
+    skills_dir: PathBuf,
+    llm: Result<LlmClient, NoLlm>,
+    observers: Arc<Observers>,
+    _watch: Option<WatchHandle>,
+    _reloads: AbortOnDrop,
+}
+
+impl SkillHost {
+    /// The one entry point. `skills_dir` holds the skill components
+    /// (`*.wasm`); `policy` decides which of them may load — there is no
+    /// default, so that loading unsigned skills is always asked for by name
+    /// ([`SignaturePolicy::AllowUnsigned`]).
+    pub fn builder(skills_dir: impl Into<PathBuf>, policy: SignaturePolicy) -> SkillHostBuilder {
+        SkillHostBuilder {
+            skills_dir: skills_dir.into(),
+            policy,
+            tools: ToolRegistry::new(),
+            tools_error: None,
+            llm: LlmSetup::None,
+            runtime: RuntimeConfig::default(),
+            agent: AgentConfig::default(),
+            hot_reload: true,
+        }
+    }
+
+    /// Runs the skill `name` on `input`: its deterministic steps (no LLM
+    /// needed) or its sub-agent. Fails at once, before anything runs, when
+    /// no such skill is loaded ([`AgentError::UnknownSkill`]) or the input
+    /// does not match its parameters ([`AgentError::InvalidInput`]). Writes
+    /// that need approval wait for [`SkillHost::approve`].
+    pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
+        let mut run = self.inner.agent.start_skill(name, input)?;
+        self.inner.observers.observe(&mut run);
+        Ok(run)
+    }
+
+    /// Runs the main agent on a conversation (see [`Agent::start`]).
+    pub fn chat(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
+        let mut run = self.inner.agent.start(messages)?;
+        self.inner.observers.observe(&mut run);
+        Ok(run)
+    }
+
+    /// Like [`SkillHost::chat`], reporting the model's text as it is
+    /// generated (see [`Agent::start_streaming`]).
+    pub fn chat_streaming(
+        &self,
+        messages: Vec<Message>,
+    ) -> Result<RunHandle<RunOutput>, AgentError> {
+        let mut run = self.inner.agent.start_streaming(messages)?;
+        self.inner.observers.observe(&mut run);
+        Ok(run)
+    }
+
+    /// Approves the pending confirmation `id`: the call runs with the
+    /// arguments shown. Returns what was approved.
+    pub fn approve(&self, id: &str) -> Result<PendingConfirmation, ConfirmError> {
+        self.confirmations().approve(id)
+    }
+
+    /// Rejects the pending confirmation `id`; the model (or the skill) is
+    /// told, with `reason` if given.
+    pub fn reject(
+        &self,
+        id: &str,
+        reason: Option<String>,
+    ) -> Result<PendingConfirmation, ConfirmError> {
+        self.confirmations().reject(id, reason)
+    }
+
+    /// Every pending confirmation of every run.
+    pub fn confirmations(&self) -> &Confirmations {
+        self.inner.agent.confirmations()
+    }
+
+    /// Reloads, invocations and confirmations from now on. A subscriber
+    /// that falls more than 1024 events behind misses the oldest and is
+    /// told how many (`RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
+        self.inner.observers.subscribe()
+    }
+
+    /// The host's metrics.
+    pub fn metrics(&self) -> &HostMetrics {
+        &self.inner.observers.metrics
+    }
+
+    /// The loaded skills as of now; hold the snapshot for one request.
+    pub fn snapshot(&self) -> Arc<SkillSnapshot> {
+        self.inner.skills.snapshot()
+    }
+
+    /// The skill registry (for [`SkillRegistry::sync_path`] and the like).
+    pub fn skills(&self) -> &Arc<SkillRegistry> {
+        &self.inner.skills
+    }
+
+    /// The directory the skills are loaded from.
+    pub fn skills_dir(&self) -> &Path {
+        &self.inner.skills_dir
+    }
+
+    /// The tools.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        self.inner.skills.tools()
+    }
+
+    /// The agent, for what this API does not cover.
+    pub fn agent(&self) -> &Agent {
+        &self.inner.agent
+    }
+
+    /// The LLM client, or why there is none and how to configure one.
+    pub fn llm(&self) -> Result<&LlmClient, &NoLlm> {
+        self.inner.llm.as_ref()
+    }
+}

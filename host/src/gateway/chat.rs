@@ -1,0 +1,322 @@
+//! `POST /v1/chat/completions` and `POST /v1/confirmations/{id}`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::errors::{ApiError, ApiJson, ErrorType};
+use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status};
+use super::runs::{ChatRun, OwnedRun, Parked, Progress};
+use super::skills::finish_invocation;
+use super::{AppState, Mount};
+use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
+
+/// OpenAI chat completions with the agent behind them: one run over the
+/// request's messages, answered as one completion, or as SSE chunks with
+/// `stream: true` — until the run ends or waits for a confirmation (see the
+/// module docs of [`super`]). `503` when no LLM is configured.
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    mount: Mount,
+    ApiJson(request): ApiJson<ChatCompletionRequest>,
+) -> Result<Response, ApiError> {
+    let stream = request.stream;
+    let include_usage = request
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    let messages = request.into_messages()?;
+    let model = match state.host.llm() {
+        Ok(llm) => llm.config().model.clone(),
+        Err(why) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorType::ServiceUnavailableError,
+                "llm_not_configured",
+                why.to_string(),
+            ));
+        }
+    };
+    let handle = if stream {
+        state.host.chat_streaming(messages)?
+    } else {
+        state.host.chat(messages)?
+    };
+    let chat = ChatRun {
+        meta: CompletionMeta::new(handle.id.clone(), model),
+        run: OwnedRun::new(handle),
+    };
+    if stream {
+        Ok(stream_chat(state, chat, mount, include_usage))
+    } else {
+        complete_chat(&state, chat, &mount).await
+    }
+}
+
+/// The body of `POST /v1/confirmations/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Answer {
+    decision: Decision,
+    /// Told to the model (or the skill) on a rejection.
+    #[serde(default)]
+    reason: Option<String>,
+    /// Stream the rest of a chat run as SSE chunks.
+    #[serde(default)]
+    stream: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Decision {
+    Approve,
+    Reject,
+}
+
+/// Answers a confirmation. A run this gateway parked is driven on: the
+/// response is the run's next completion (chat) or invocation result
+/// (invoke) — its end, or its next pending confirmation. A confirmation of a
+/// run started elsewhere (an embedder's own code) is answered with
+/// `{"id", "decision", "confirmation"}`.
+pub async fn answer_confirmation(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    mount: Mount,
+    ApiJson(answer): ApiJson<Answer>,
+) -> Result<Response, ApiError> {
+    let parked = state.parking.take(&id);
+    let answered = match answer.decision {
+        Decision::Approve => state.host.approve(&id),
+        Decision::Reject => state.host.reject(&id, answer.reason.clone()),
+    };
+    let confirmation = match answered {
+        Ok(confirmation) => confirmation,
+        // Expired or answered elsewhere in the meantime: a parked run goes
+        // on by itself (a dropped `Parked` would abort it).
+        Err(error) => {
+            if let Some(parked) = parked {
+                parked.detach();
+            }
+            return Err(not_pending(&error));
+        }
+    };
+    match parked {
+        Some(Parked::Chat(chat)) if answer.stream => Ok(stream_chat(state, chat, mount, false)),
+        Some(Parked::Chat(chat)) => complete_chat(&state, chat, &mount).await,
+        Some(Parked::Invoke(invoke)) => finish_invocation(&state, invoke, &mount).await,
+        None => Ok(Json(json!({
+            "id": id,
+            "decision": match answer.decision {
+                Decision::Approve => "approved",
+                Decision::Reject => "rejected",
+            },
+            "confirmation": confirmation,
+        }))
+        .into_response()),
+    }
+}
+
+fn not_pending(error: &ConfirmError) -> ApiError {
+    ApiError::not_found("confirmation_not_found", error.to_string())
+}
+
+/// Where to answer `pending`.
+pub fn answer_path(mount: &Mount, pending: &PendingConfirmation) -> String {
+    format!("{}/v1/confirmations/{}", mount.prefix(), pending.id)
+}
+
+/// Drives a chat run to its end or its next confirmation and answers with
+/// one completion.
+async fn complete_chat(
+    state: &AppState,
+    chat: ChatRun,
+    mount: &Mount,
+) -> Result<Response, ApiError> {
+    let ChatRun { run, meta } = chat;
+    match run.advance(|_| {}).await {
+        Progress::Finished { result, usage } => {
+            let output = result?;
+            Ok(Json(openai::completion(
+                &meta,
+                &output.answer,
+                usage,
+                &Status::Completed,
+            ))
+            .into_response())
+        }
+        Progress::Pending { run, pending } => {
+            let path = answer_path(mount, &pending);
+            let status = Status::Pending {
+                confirmation: &pending,
+                answer_path: &path,
+            };
+            let body = openai::completion(
+                &meta,
+                &openai::pending_text(&pending, &path),
+                run.usage(),
+                &status,
+            );
+            state.parking.park(
+                &pending,
+                Parked::Chat(ChatRun { run, meta }),
+                state.host.confirmations(),
+            );
+            Ok(Json(body).into_response())
+        }
+    }
+}
+
+/// Streams a chat run as SSE chunks in OpenAI's format, until it ends or
+/// waits for a confirmation; the run is driven by a task of its own that
+/// stops (and aborts the run) when the client goes away or the request
+/// timeout passes.
+fn stream_chat(state: Arc<AppState>, chat: ChatRun, mount: Mount, include_usage: bool) -> Response {
+    // Unbounded like the run's own events: the run never waits for the
+    // client, and a run's chunks are bounded by its rounds.
+    let (sender, receiver) = mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let timeout = state.config.request_timeout;
+        let writer = ChunkWriter::new(chat.meta.clone(), sender.clone());
+        let drive = writer.drive(&state, chat, &mount, include_usage);
+        tokio::select! {
+            () = drive => {}
+            () = sender.closed() => tracing::debug!("streaming client went away; run aborted"),
+            () = tokio::time::sleep(timeout) => {
+                let error = super::timeout_error(timeout);
+                let _ = sender.send(error.body());
+            }
+        }
+    });
+    let chunks = futures::stream::unfold(receiver, |mut receiver| async move {
+        let chunk = receiver.recv().await?;
+        Some((
+            Ok::<_, Infallible>(Event::default().data(chunk.to_string())),
+            receiver,
+        ))
+    });
+    let done = futures::stream::once(async { Ok(Event::default().data("[DONE]")) });
+    Sse::new(chunks.chain(done)).into_response()
+}
+
+/// Turns a run's events into chunks.
+struct ChunkWriter {
+    meta: CompletionMeta,
+    sender: mpsc::UnboundedSender<Value>,
+    /// Text of the main agent's rounds so far has been sent.
+    sent_text: bool,
+    /// The main agent started a new round since text was last sent.
+    new_round: bool,
+    /// The current round's text, to fall back on if a server sent none.
+    round_text: String,
+}
+
+impl ChunkWriter {
+    fn new(meta: CompletionMeta, sender: mpsc::UnboundedSender<Value>) -> Self {
+        Self {
+            meta,
+            sender,
+            sent_text: false,
+            new_round: false,
+            round_text: String::new(),
+        }
+    }
+
+    /// Queues a chunk. A client gone away is noticed by `stream_chat`,
+    /// which then stops the run.
+    fn send(&self, chunk: Value) {
+        let _ = self.sender.send(chunk);
+    }
+
+    /// Sends `text` as content, separated from an earlier round's text.
+    fn text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let separator = if self.sent_text && self.new_round {
+            "\n\n"
+        } else {
+            ""
+        };
+        self.new_round = false;
+        self.sent_text = true;
+        self.round_text.push_str(text);
+        self.send(openai::chunk(
+            &self.meta,
+            &json!({"content": format!("{separator}{text}")}),
+        ));
+    }
+
+    fn observe(&mut self, event: &AgentEvent) {
+        match event {
+            AgentEvent::RoundStarted {
+                caller: Caller::Main,
+                ..
+            } => {
+                self.new_round = true;
+                self.round_text.clear();
+            }
+            AgentEvent::TextDelta {
+                caller: Caller::Main,
+                text,
+            } => self.text(text),
+            _ => {}
+        }
+    }
+
+    async fn drive(mut self, state: &AppState, chat: ChatRun, mount: &Mount, include_usage: bool) {
+        self.send(openai::chunk(
+            &self.meta,
+            &json!({"role": "assistant", "content": ""}),
+        ));
+        let ChatRun { run, meta } = chat;
+        let usage = match run.advance(|event| self.observe(event)).await {
+            Progress::Finished {
+                result: Ok(RunOutput { answer, .. }),
+                usage,
+            } => {
+                if self.round_text.is_empty() {
+                    self.text(&answer);
+                }
+                self.send(openai::final_chunk(&self.meta, &Status::Completed));
+                usage
+            }
+            Progress::Finished {
+                result: Err(error), ..
+            } => {
+                self.send(ApiError::from(error).body());
+                return;
+            }
+            Progress::Pending { run, pending } => {
+                let usage = run.usage();
+                let path = answer_path(mount, &pending);
+                self.new_round = true;
+                self.text(&openai::pending_text(&pending, &path));
+                self.send(openai::final_chunk(
+                    &self.meta,
+                    &Status::Pending {
+                        confirmation: &pending,
+                        answer_path: &path,
+                    },
+                ));
+                state.parking.park(
+                    &pending,
+                    Parked::Chat(ChatRun { run, meta }),
+                    state.host.confirmations(),
+                );
+                usage
+            }
+        };
+        if include_usage {
+            self.send(openai::usage_chunk(&self.meta, usage));
+        }
+    }
+}

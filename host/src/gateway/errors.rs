@@ -1,0 +1,353 @@
+//! Every error the gateway answers with, in OpenAI's shape:
+//! `{"error": {"message", "type", "param", "code"}}`.
+//!
+//! Nothing a client sends produces a 5xx or a dropped connection: bad JSON,
+//! a wrong content type, an oversized body, unknown routes and methods,
+//! unknown skills and confirmations, and schema-invalid input all answer a
+//! 4xx with a message that says what to fix, and `param` naming the field
+//! when there is one. 5xx is kept for the host's own troubles (no LLM
+//! configured, the LLM failing, a timeout, a bug).
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, OriginalUri, Request};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::agent::AgentError;
+use crate::runtime::InvokeError;
+
+/// The `type` of an error body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorType {
+    /// The request is wrong: fix it and retry.
+    InvalidRequestError,
+    /// No or a wrong API key.
+    AuthenticationError,
+    /// The key is valid but not for this route.
+    PermissionError,
+    /// The skill ran and failed.
+    SkillError,
+    /// The LLM server failed or the agent gave up.
+    UpstreamError,
+    /// The host cannot serve this now (e.g. no LLM is configured).
+    ServiceUnavailableError,
+    /// The request took longer than the gateway allows.
+    TimeoutError,
+    /// A bug in the host.
+    ServerError,
+}
+
+/// A gateway error response. `code` is a stable snake_case identifier
+/// (`invalid_json`, `skill_not_found`, ...), also the label of
+/// `skillhost_http_errors_total`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiError {
+    #[serde(skip)]
+    status: StatusCode,
+    message: String,
+    #[serde(rename = "type")]
+    kind: ErrorType,
+    param: Option<String>,
+    code: &'static str,
+}
+
+/// The `code` of an error response, left in the response's extensions for
+/// the metrics layer.
+#[derive(Debug, Clone, Copy)]
+pub struct ErrorCode(pub &'static str);
+
+impl ApiError {
+    pub fn new(
+        status: StatusCode,
+        kind: ErrorType,
+        code: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code,
+        }
+    }
+
+    /// A 400 `invalid_request_error`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            ErrorType::InvalidRequestError,
+            code,
+            message,
+        )
+    }
+
+    /// A 404 `invalid_request_error`.
+    pub fn not_found(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            ErrorType::InvalidRequestError,
+            code,
+            message,
+        )
+    }
+
+    /// Names the request field at fault.
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into()).filter(|param: &String| !param.is_empty());
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The error object as OpenAI streams it: `{"error": {...}}`.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({ "error": self })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, axum::Json(self.body())).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response.extensions_mut().insert(ErrorCode(self.code));
+        response
+    }
+}
+
+impl From<AgentError> for ApiError {
+    fn from(error: AgentError) -> Self {
+        let message = error.to_string();
+        match error {
+            AgentError::NotConfigured => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorType::ServiceUnavailableError,
+                "llm_not_configured",
+                message,
+            ),
+            AgentError::Llm { .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "llm_error",
+                message,
+            ),
+            AgentError::RoundLimit { .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "round_limit",
+                message,
+            ),
+            AgentError::RepeatedCall { .. } => Self::new(
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "repeated_call",
+                message,
+            ),
+            AgentError::NoUserMessage => {
+                Self::bad_request("no_user_message", message).with_param("messages")
+            }
+            AgentError::UnknownSkill(_) => Self::not_found("skill_not_found", message),
+            AgentError::InvalidInput(InvokeError::InvalidInput {
+                message: detail, ..
+            }) => Self::bad_request("invalid_input", message)
+                .with_param(field_of(&detail).unwrap_or_default()),
+            AgentError::InvalidInput(_) => Self::bad_request("invalid_input", message),
+            AgentError::Aborted(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorType::ServerError,
+                "run_aborted",
+                message,
+            ),
+        }
+    }
+}
+
+/// The field a schema violation names: `orderId` in
+/// "field `orderId`: 88231 is not of type \"string\"" (the form the host's
+/// schema checks use; nested fields are JSON pointers without the leading
+/// `/`, e.g. `items/0/qty`).
+fn field_of(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("field `")?
+        .split_once("`:")
+        .map(|(field, _)| field)
+}
+
+/// A JSON body, checked the gateway's way: `Content-Type: application/json`
+/// (415 otherwise — which also keeps browsers from posting cross-site
+/// without a CORS preflight), within the body limit (413), valid JSON (400
+/// `invalid_json`) of the expected shape (400 `invalid_request`, with
+/// `param` naming the field, e.g. `messages[0].role`).
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(request.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorType::InvalidRequestError,
+                "unsupported_media_type",
+                "the body must be JSON, sent with `Content-Type: application/json`",
+            ));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| body_error(&rejection))?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    let Some(Ok(value)) = content_type.map(HeaderValue::to_str) else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
+        || essence
+            .rsplit_once('+')
+            .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json"))
+}
+
+fn body_error(rejection: &BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorType::InvalidRequestError,
+            "body_too_large",
+            "the request body is larger than this gateway accepts (see its body limit)",
+        );
+    }
+    ApiError::bad_request(
+        "unreadable_body",
+        format!(
+            "the request body could not be read: {}",
+            rejection.body_text()
+        ),
+    )
+}
+
+/// Parses `bytes` as one JSON value of type `T`, naming the field at fault.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value: T = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let error = error.into_inner();
+        if error.is_data() {
+            ApiError::bad_request(
+                "invalid_request",
+                if path == "." {
+                    format!("invalid request: {error}")
+                } else {
+                    format!("invalid request: `{path}`: {error}")
+                },
+            )
+            .with_param(if path == "." { String::new() } else { path })
+        } else {
+            ApiError::bad_request(
+                "invalid_json",
+                format!("the body is not valid JSON: {error}"),
+            )
+        }
+    })?;
+    deserializer.end().map_err(|error| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("the body is not valid JSON: {error}"),
+        )
+    })?;
+    Ok(value)
+}
+
+/// Unknown paths.
+pub async fn not_found(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::not_found("not_found", format!("no route for {method} {}", uri.path()))
+}
+
+/// Known paths, wrong method.
+pub async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        ErrorType::InvalidRequestError,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// A panicking handler: a 500 with a body, never a dropped connection.
+pub fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorType::ServerError,
+        "internal_error",
+        "the host failed while handling this request; the failure is logged",
+    )
+    .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_messages_name_their_field() {
+        assert_eq!(
+            field_of("field `orderId`: 88231 is not of type \"string\""),
+            Some("orderId")
+        );
+        assert_eq!(field_of("field `a/0/b`: x"), Some("a/0/b"));
+        assert_eq!(field_of("\"orderId\" is a required property"), None);
+    }
+
+    #[test]
+    fn json_content_types() {
+        let is = |value: &'static str| is_json(Some(&HeaderValue::from_static(value)));
+        assert!(is("application/json"));
+        assert!(is("Application/JSON; charset=utf-8"));
+        assert!(is("application/merge-patch+json"));
+        assert!(!is("text/plain"));
+        assert!(!is("application/x-www-form-urlencoded"));
+        assert!(!is_json(None));
+    }
+
+    #[test]
+    fn body_errors_name_the_field() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Body {
+            items: Vec<Item>,
+        }
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Item {
+            n: u32,
+        }
+        let error = parse_json::<Body>(br#"{"items":[{"n":1},{"n":"x"}]}"#).unwrap_err();
+        assert_eq!(error.code(), "invalid_request");
+        assert_eq!(error.param.as_deref(), Some("items[1].n"));
+        let error = parse_json::<Body>(b"{\"items\": [").unwrap_err();
+        assert_eq!(error.code(), "invalid_json");
+        let error = parse_json::<Body>(br#"{"items":[]} trailing"#).unwrap_err();
+        assert_eq!(error.code(), "invalid_json");
+    }
+}

@@ -1,0 +1,425 @@
+//! The HTTP gateway: a [`SkillHost`] behind an OpenAI-compatible API.
+//!
+//! `skillhost serve` runs it on its own; an application mounts
+//! [`Gateway::router`] next to its own routes (see
+//! `host/examples/embed_axum.rs`).
+//!
+//! # Routes
+//!
+//! | route | access | what |
+//! |---|---|---|
+//! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
+//! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?}`: answers a pending confirmation and resumes its run |
+//! | `GET /v1/models` | API | the configured model, for clients that list models first |
+//! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
+//! | `GET /v1/skills/{name}` | API | one skill |
+//! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
+//! | `GET /v1/events` | admin | SSE: `reload`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
+//! | `GET /v1/confirmations` | admin | every pending confirmation |
+//! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
+//! | `GET /healthz` | open | liveness and a summary: skills loaded, failures, LLM configured |
+//!
+//! # Confirmations in OpenAI's format
+//!
+//! When a run reaches a write that needs a person's approval, the chat
+//! route answers with an ordinary completion — `finish_reason: "stop"`, so
+//! no client mistakes it for a tool call to execute itself — whose
+//! assistant `content` says what waits for approval and how to answer
+//! (readable in any chat UI), plus a `skillhost` extension field that
+//! clients ignore unless they know it:
+//!
+//! ```json
+//! "skillhost": {"run": "run_…", "status": "pending_confirmation",
+//!               "confirmation": {"id": "cf_…", "tool": "applyRefund", "arguments": {…},
+//!                                "summary": "…", "expires_at": "…",
+//!                                "answer": {"method": "POST", "path": "/v1/confirmations/cf_…"}}}
+//! ```
+//!
+//! (`"status": "completed"` on every other completion.) Streaming ends the
+//! same way: the explanation as content, a final chunk carrying the
+//! extension field, `data: [DONE]`. The run waits server-side, holding the
+//! arguments; `POST /v1/confirmations/{id}` resumes it and answers with the
+//! run's next completion — its final answer, or the next pending
+//! confirmation — as JSON, or as SSE chunks with `"stream": true`. A direct
+//! invocation (`/v1/skills/{name}/invoke`) answers `202` with the pending
+//! confirmation instead, and the confirmation route then answers with the
+//! invocation's result. Each request is one run over the messages it
+//! carries: the host's internal calls are not returned, so a later request
+//! starts from the conversation's text.
+//!
+//! # Safety at the edge
+//!
+//! - **Keys** ([`GatewayConfig`]): with API keys configured, API routes need
+//!   `Authorization: Bearer <key>` (401 otherwise). Admin routes need the
+//!   admin key; the events and metrics routes are admin routes because they
+//!   show every user's confirmations and the whole host's activity. Without
+//!   an admin key, admin routes are open only when no API key is configured
+//!   either, and refused (403) otherwise — adding API keys never leaves the
+//!   admin routes open. The admin key also works on API routes.
+//!   `/healthz` is always open.
+//! - **Errors** are OpenAI-style bodies, `{"error": {"message", "type",
+//!   "param", "code"}}`, with a 4xx for everything a client can fix (see
+//!   [`errors`]).
+//! - **Limits**: a body limit and a per-request timeout (defaults on
+//!   [`GatewayConfig`]); a streaming response's run gets the same time.
+//! - **Shutdown** ([`Gateway::serve`]): stop accepting, end event streams,
+//!   let in-flight requests finish.
+
+mod chat;
+pub mod errors;
+mod openai;
+mod ops;
+mod runs;
+mod skills;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, OriginalUri, Request, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::embed::SkillHost;
+use errors::{ApiError, ErrorCode, ErrorType};
+use runs::Parking;
+
+/// Largest request body accepted. Default: 1 MiB — a chat request with a
+/// long conversation is tens of KiB; a skill's input is far smaller.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// Time a request may take until its response starts (for a streamed
+/// chat, until its run ends or waits). Default: 5 minutes — room for a
+/// multi-round agent run against a slow model, short enough that a stuck
+/// request does not hold a connection for long.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How the gateway guards its edge. Keys are compared in constant time and
+/// never logged (`Debug` redacts them).
+#[derive(Clone)]
+pub struct GatewayConfig {
+    /// Bearer keys accepted on API routes. Default: none — API routes are
+    /// open (fine on loopback, not beyond).
+    pub api_keys: Vec<String>,
+    /// Bearer key for admin routes. Default: none (see the module docs for
+    /// what admin routes do then).
+    pub admin_key: Option<String>,
+    /// Default: [`DEFAULT_BODY_LIMIT`].
+    pub body_limit: usize,
+    /// Default: [`DEFAULT_REQUEST_TIMEOUT`].
+    pub request_timeout: Duration,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            api_keys: Vec::new(),
+            admin_key: None,
+            body_limit: DEFAULT_BODY_LIMIT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+impl fmt::Debug for GatewayConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GatewayConfig")
+            .field(
+                "api_keys",
+                &format_args!("<{} redacted>", self.api_keys.len()),
+            )
+            .field("admin_key", &self.admin_key.as_ref().map(|_| "<redacted>"))
+            .field("body_limit", &self.body_limit)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+/// A host served over HTTP. Cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    state: Arc<AppState>,
+}
+
+/// What every handler shares.
+struct AppState {
+    host: SkillHost,
+    config: GatewayConfig,
+    keys: Keys,
+    parking: Parking,
+    /// Set when the gateway shuts down: event streams end.
+    closing: watch::Sender<bool>,
+}
+
+impl Gateway {
+    pub fn new(host: SkillHost, config: GatewayConfig) -> Self {
+        let keys = Keys {
+            api: config.api_keys.iter().map(|key| digest(key)).collect(),
+            admin: config.admin_key.as_deref().map(digest),
+        };
+        Self {
+            state: Arc::new(AppState {
+                host,
+                config,
+                keys,
+                parking: Parking::default(),
+                closing: watch::Sender::new(false),
+            }),
+        }
+    }
+
+    /// The routes, with their guards and limits. Mount it in an
+    /// application with `Router::merge` (when the application has no
+    /// fallback of its own) or `Router::nest` (then the OpenAI base URL is
+    /// `<prefix>/v1`).
+    pub fn router(&self) -> Router {
+        let state = &self.state;
+        let api = Router::new()
+            .route("/v1/chat/completions", post(chat::chat_completions))
+            .route("/v1/confirmations/{id}", post(chat::answer_confirmation))
+            .route("/v1/models", get(ops::models))
+            .route("/v1/skills", get(skills::list))
+            .route("/v1/skills/{name}", get(skills::get))
+            .route("/v1/skills/{name}/invoke", post(skills::invoke))
+            .route_layer(from_fn_with_state(state.clone(), require_api_key));
+        let admin = Router::new()
+            .route("/v1/events", get(ops::events))
+            .route("/v1/confirmations", get(ops::pending_confirmations))
+            .route("/metrics", get(ops::metrics))
+            .route_layer(from_fn_with_state(state.clone(), require_admin_key));
+        Router::new()
+            .route("/healthz", get(ops::healthz))
+            .merge(api)
+            .merge(admin)
+            .fallback(errors::not_found)
+            .method_not_allowed_fallback(errors::method_not_allowed)
+            .layer(DefaultBodyLimit::max(state.config.body_limit))
+            .layer(from_fn_with_state(state.clone(), time_limit))
+            .layer(CatchPanicLayer::custom(errors::panic_response))
+            .layer(from_fn_with_state(state.clone(), track))
+            .with_state(state.clone())
+    }
+
+    /// Ends the event streams (`GET /v1/events`), which would otherwise
+    /// keep a graceful shutdown waiting forever. [`Gateway::serve`] calls it
+    /// when its shutdown signal fires; call it yourself when you serve
+    /// [`Gateway::router`] in your own server.
+    pub fn close_streams(&self) {
+        self.state.closing.send_replace(true);
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then shuts down
+    /// gracefully: stops accepting, ends event streams, and returns once
+    /// in-flight requests (streamed chats included) have finished. Runs
+    /// parked on a confirmation do not hold the shutdown up.
+    pub async fn serve(
+        &self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let gateway = self.clone();
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                gateway.close_streams();
+            })
+            .await
+    }
+
+    /// The host behind the gateway.
+    pub fn host(&self) -> &SkillHost {
+        &self.state.host
+    }
+}
+
+/// Where the gateway is mounted: the path prefix in front of its routes
+/// (empty unless nested), so that answer paths are right either way.
+pub(crate) struct Mount(String);
+
+impl Mount {
+    fn prefix(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Mount {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Infallible> {
+        let prefix = parts
+            .extensions
+            .get::<OriginalUri>()
+            .and_then(|original| original.path().strip_suffix(parts.uri.path()))
+            .unwrap_or_default();
+        Ok(Self(prefix.to_owned()))
+    }
+}
+
+/// SHA-256 digests of the configured keys: compared in constant time.
+struct Keys {
+    api: Vec<[u8; 32]>,
+    admin: Option<[u8; 32]>,
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Equality that takes the same time wherever the first difference is.
+fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+impl Keys {
+    fn is_api(&self, key: &[u8; 32]) -> bool {
+        self.api.iter().any(|api| same(api, key))
+    }
+
+    fn is_admin(&self, key: &[u8; 32]) -> bool {
+        self.admin.as_ref().is_some_and(|admin| same(admin, key))
+    }
+
+    fn check_api(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        if self.api.is_empty() {
+            return Ok(());
+        }
+        let key = digest(presented.ok_or_else(missing_key)?);
+        if self.is_api(&key) || self.is_admin(&key) {
+            Ok(())
+        } else {
+            Err(invalid_key())
+        }
+    }
+
+    fn check_admin(&self, presented: Option<&str>) -> Result<(), ApiError> {
+        if self.admin.is_none() {
+            return if self.api.is_empty() {
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    ErrorType::PermissionError,
+                    "admin_disabled",
+                    "admin routes are disabled: this gateway has API keys but no admin key \
+                     (set SKILLHOST_ADMIN_KEY)",
+                ))
+            };
+        }
+        let key = digest(presented.ok_or_else(missing_key)?);
+        if self.is_admin(&key) {
+            Ok(())
+        } else if self.is_api(&key) {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                ErrorType::PermissionError,
+                "admin_key_required",
+                "this route needs the admin key; an API key is not enough",
+            ))
+        } else {
+            Err(invalid_key())
+        }
+    }
+}
+
+fn missing_key() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        ErrorType::AuthenticationError,
+        "missing_api_key",
+        "this gateway needs an API key: send `Authorization: Bearer <key>`",
+    )
+}
+
+fn invalid_key() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        ErrorType::AuthenticationError,
+        "invalid_api_key",
+        "the API key is not valid for this gateway",
+    )
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
+async fn require_api_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match state.keys.check_api(bearer(&request)) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn require_admin_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match state.keys.check_admin(bearer(&request)) {
+        Ok(()) => next.run(request).await,
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The error of a request (or a streamed run) that ran out of time.
+fn timeout_error(after: Duration) -> ApiError {
+    ApiError::new(
+        StatusCode::GATEWAY_TIMEOUT,
+        ErrorType::TimeoutError,
+        "request_timeout",
+        format!("the request took longer than this gateway allows ({after:?})"),
+    )
+}
+
+/// Ends a request that takes longer than the configured timeout. Its run,
+/// if it has one, is aborted with it.
+async fn time_limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let limit = state.config.request_timeout;
+    tokio::time::timeout(limit, next.run(request))
+        .await
+        .unwrap_or_else(|_| timeout_error(limit).into_response())
+}
+
+/// Counts and logs every request.
+async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let method = request.method().clone();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let took = started.elapsed();
+    let status = response.status();
+    let code = response.extensions().get::<ErrorCode>().map(|code| code.0);
+    state
+        .host
+        .metrics()
+        .record_http(&route, method.as_str(), status.as_u16(), took, code);
+    tracing::debug!(%method, %route, status = status.as_u16(), ?took, code, "request");
+    response
+}

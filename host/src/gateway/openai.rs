@@ -1,0 +1,325 @@
+//! OpenAI's chat-completions wire format as the gateway speaks it: the
+//! request it accepts, the completion and chunk objects it returns, and the
+//! `skillhost` extension field they carry.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::errors::ApiError;
+use crate::agent::llm::{AssistantMessage, Message, ToolCall, Usage};
+use crate::agent::{PendingConfirmation, RunId};
+
+/// `POST /v1/chat/completions`. Fields the host decides itself are accepted
+/// and ignored: `model` (the host's configured model answers, and the
+/// response names it), `tools` and `tool_choice` (the host offers its own
+/// functions), `temperature`, `max_tokens` and other sampling settings,
+/// `user`.
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    pub messages: Vec<InboundMessage>,
+    #[serde(default)]
+    pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Only 1 is supported.
+    #[serde(default)]
+    pub n: Option<u32>,
+}
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a last chunk with the run's token usage.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// One message as clients send it: `developer` counts as `system`, content
+/// may be a string or an array of text parts.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum InboundMessage {
+    System {
+        content: Content,
+    },
+    Developer {
+        content: Content,
+    },
+    User {
+        content: Content,
+    },
+    Assistant {
+        #[serde(default)]
+        content: Option<Content>,
+        #[serde(default)]
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: Content,
+    },
+}
+
+/// Message content: text, or parts of which only text is supported.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    Text {
+        text: String,
+    },
+    /// Images, audio, files: refused with a message.
+    #[serde(other)]
+    Unsupported,
+}
+
+impl Content {
+    /// The text, parts joined; `param` names the field for errors.
+    fn into_text(self, param: &str) -> Result<String, ApiError> {
+        match self {
+            Self::Text(text) => Ok(text),
+            Self::Parts(parts) => parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, part)| match part {
+                    ContentPart::Text { text } => Ok(text),
+                    ContentPart::Unsupported => Err(ApiError::bad_request(
+                        "unsupported_content",
+                        "only text content parts are supported",
+                    )
+                    .with_param(format!("{param}[{i}]"))),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl ChatCompletionRequest {
+    /// Checks what the agent cannot take and converts the conversation.
+    pub fn into_messages(self) -> Result<Vec<Message>, ApiError> {
+        if self.n.is_some_and(|n| n != 1) {
+            return Err(
+                ApiError::bad_request("unsupported_n", "only `n: 1` is supported").with_param("n"),
+            );
+        }
+        if self.messages.is_empty() {
+            return Err(
+                ApiError::bad_request("no_messages", "`messages` is empty").with_param("messages")
+            );
+        }
+        self.messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, message)| {
+                let param = format!("messages[{i}].content");
+                Ok(match message {
+                    InboundMessage::System { content } | InboundMessage::Developer { content } => {
+                        Message::system(content.into_text(&param)?)
+                    }
+                    InboundMessage::User { content } => Message::user(content.into_text(&param)?),
+                    InboundMessage::Assistant {
+                        content,
+                        tool_calls,
+                    } => Message::Assistant(AssistantMessage {
+                        content: content.map(|c| c.into_text(&param)).transpose()?,
+                        tool_calls,
+                    }),
+                    InboundMessage::Tool {
+                        tool_call_id,
+                        content,
+                    } => Message::tool(tool_call_id, "", content.into_text(&param)?),
+                })
+            })
+            .collect()
+    }
+}
+
+/// What every completion and chunk of one run shares.
+#[derive(Debug, Clone)]
+pub struct CompletionMeta {
+    /// `chatcmpl-` + the run id: the same for every response of a run.
+    pub id: String,
+    pub run: RunId,
+    pub model: String,
+    /// Unix seconds when the run started.
+    pub created: u64,
+}
+
+impl CompletionMeta {
+    pub fn new(run: RunId, model: String) -> Self {
+        let created = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
+        Self {
+            id: format!("chatcmpl-{}", run.as_str().trim_start_matches("run_")),
+            run,
+            model,
+            created,
+        }
+    }
+}
+
+/// Where a run stands, for the `skillhost` extension field.
+pub enum Status<'a> {
+    Completed,
+    /// Waiting for a person; answer at `answer_path`.
+    Pending {
+        confirmation: &'a PendingConfirmation,
+        answer_path: &'a str,
+    },
+}
+
+/// The `skillhost` extension field of completions and final chunks:
+/// `{"run", "status": "completed" | "pending_confirmation", "confirmation"?}`.
+pub fn extension(run: &RunId, status: &Status<'_>) -> Value {
+    match status {
+        Status::Completed => json!({"run": run, "status": "completed"}),
+        Status::Pending {
+            confirmation,
+            answer_path,
+        } => json!({
+            "run": run,
+            "status": "pending_confirmation",
+            "confirmation": confirmation_json(confirmation, answer_path),
+        }),
+    }
+}
+
+/// A pending confirmation with where and how to answer it.
+pub fn confirmation_json(pending: &PendingConfirmation, answer_path: &str) -> Value {
+    let mut value = serde_json::to_value(pending).expect("a confirmation serializes");
+    value["answer"] = json!({
+        "method": "POST",
+        "path": answer_path,
+        "body": {"decision": "approve | reject", "reason": "optional, for a rejection"},
+    });
+    value
+}
+
+/// The assistant text that stands for a pending confirmation, for clients
+/// that show only `content`.
+pub fn pending_text(pending: &PendingConfirmation, answer_path: &str) -> String {
+    format!(
+        "Approval needed before I continue: {}. Approve or reject it with POST {answer_path} and \
+         the body {{\"decision\": \"approve\"}} or {{\"decision\": \"reject\", \"reason\": \"...\"}}; \
+         it expires {}.",
+        pending.summary,
+        httpdate::fmt_http_date(pending.expires_at)
+    )
+}
+
+/// A whole `chat.completion` object.
+pub fn completion(
+    meta: &CompletionMeta,
+    content: &str,
+    usage: Usage,
+    status: &Status<'_>,
+) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "logprobs": null,
+            // Always `stop`: a pending confirmation is not a tool call the
+            // client should execute; the extension field says what it is.
+            "finish_reason": "stop",
+        }],
+        "usage": usage,
+        "skillhost": extension(&meta.run, status),
+    })
+}
+
+/// A `chat.completion.chunk` carrying `delta`.
+pub fn chunk(meta: &CompletionMeta, delta: &Value) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}],
+    })
+}
+
+/// The last chunk with choices: empty delta, `finish_reason: "stop"`, the
+/// extension field.
+pub fn final_chunk(meta: &CompletionMeta, status: &Status<'_>) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}],
+        "skillhost": extension(&meta.run, status),
+    })
+}
+
+/// The usage chunk sent after the final one when
+/// `stream_options.include_usage` is set: no choices, the usage.
+pub fn usage_chunk(meta: &CompletionMeta, usage: Usage) -> Value {
+    json!({
+        "id": meta.id,
+        "object": "chat.completion.chunk",
+        "created": meta.created,
+        "model": meta.model,
+        "choices": [],
+        "usage": usage,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::errors::parse_json;
+
+    #[test]
+    fn clients_messages_convert_with_parts_and_developer_role() {
+        let request: ChatCompletionRequest = parse_json(
+            br#"{"model":"x","temperature":0.2,"tools":[],"messages":[
+                {"role":"developer","content":"be brief"},
+                {"role":"user","content":[{"type":"text","text":"refund "},{"type":"text","text":"88231"}]},
+                {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+                {"role":"tool","tool_call_id":"c1","content":"ok"}
+            ]}"#,
+        )
+        .unwrap();
+        let messages = request.into_messages().unwrap();
+        assert_eq!(messages[0], Message::system("be brief"));
+        assert_eq!(messages[1], Message::user("refund 88231"));
+        assert!(matches!(&messages[2], Message::Assistant(m) if m.tool_calls.len() == 1));
+        assert_eq!(messages[3], Message::tool("c1", "", "ok"));
+    }
+
+    #[test]
+    fn unsupported_requests_name_the_field() {
+        let parse = |body: &str| {
+            parse_json::<ChatCompletionRequest>(body.as_bytes())
+                .and_then(ChatCompletionRequest::into_messages)
+                .unwrap_err()
+        };
+        let image = parse(
+            r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}"#,
+        );
+        assert_eq!(image.code(), "unsupported_content");
+        assert_eq!(image.body()["error"]["param"], "messages[0].content[0]");
+        let role = parse(r#"{"messages":[{"role":"robot","content":"hi"}]}"#);
+        assert_eq!(role.code(), "invalid_request");
+        assert_eq!(role.body()["error"]["param"], "messages[0].role");
+        assert_eq!(parse(r#"{"messages":[]}"#).code(), "no_messages");
+        assert_eq!(
+            parse(r#"{"n":2,"messages":[{"role":"user","content":"x"}]}"#).code(),
+            "unsupported_n"
+        );
+    }
+}

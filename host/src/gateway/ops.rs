@@ -1,0 +1,95 @@
+//! Operator routes: health, metrics, events, pending confirmations, models.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::chat::answer_path;
+use super::openai::confirmation_json;
+use super::{AppState, Mount};
+use crate::embed::metrics::CONTENT_TYPE;
+
+/// `GET /healthz`: always 200 while the process serves.
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let snapshot = state.host.snapshot();
+    Json(json!({
+        "status": "ok",
+        "skills": snapshot.len(),
+        "failures": snapshot.failures().count(),
+        "llm": state.host.llm().is_ok(),
+    }))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        state.host.metrics().encode(),
+    )
+}
+
+/// `GET /v1/models`: the configured model, or none.
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let models: Vec<Value> = state
+        .host
+        .llm()
+        .into_iter()
+        .map(|llm| {
+            json!({"id": llm.config().model, "object": "model", "created": 0, "owned_by": "skillhost"})
+        })
+        .collect();
+    Json(json!({"object": "list", "data": models}))
+}
+
+/// `GET /v1/confirmations`: every pending confirmation, soonest to expire
+/// first.
+pub async fn pending_confirmations(
+    State(state): State<Arc<AppState>>,
+    mount: Mount,
+) -> Json<Value> {
+    let pending: Vec<Value> = state
+        .host
+        .confirmations()
+        .pending()
+        .iter()
+        .map(|pending| confirmation_json(pending, &answer_path(&mount, pending)))
+        .collect();
+    Json(json!({"object": "list", "data": pending}))
+}
+
+/// `GET /v1/events`: the host's events as SSE, named by their `type`; a
+/// client that falls behind gets a `lagged` event with how many it missed.
+/// Ends when the gateway shuts down.
+pub async fn events(
+    State(state): State<Arc<AppState>>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = state.host.subscribe();
+    let closing = state.closing.subscribe();
+    let stream = futures::stream::unfold(
+        (receiver, closing),
+        |(mut receiver, mut closing)| async move {
+            let event = tokio::select! {
+                _ = closing.wait_for(|closing| *closing) => return None,
+                received = receiver.recv() => match received {
+                    Ok(event) => Event::default()
+                        .event(event.kind())
+                        .data(serde_json::to_string(&event).expect("events serialize")),
+                    Err(RecvError::Lagged(missed)) => Event::default()
+                        .event("lagged")
+                        .data(json!({"missed": missed}).to_string()),
+                    Err(RecvError::Closed) => return None,
+                },
+            };
+            Some((Ok(event), (receiver, closing)))
+        },
+    );
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}

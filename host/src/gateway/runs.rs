@@ -1,0 +1,160 @@
+//! Runs the gateway holds between requests.
+//!
+//! A request drives its run until the run ends or waits for a person. A run
+//! that waits is *parked* under its confirmation's id, and the request that
+//! answers that confirmation (`POST /v1/confirmations/{id}`) takes it back
+//! and drives it on. A run nobody holds any more — its request timed out,
+//! its streaming client went away — is aborted, so it spends no more tokens
+//! and withdraws its confirmations.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::agent::llm::Usage;
+use crate::agent::{AgentError, AgentEvent, Confirmations, PendingConfirmation, RunHandle, RunId};
+use crate::skills::SkillVersion;
+
+use super::openai::CompletionMeta;
+
+/// A run the gateway drives; aborted when dropped while it still runs.
+pub struct OwnedRun<T: Send + 'static> {
+    handle: Option<RunHandle<T>>,
+    /// Tokens of the run so far, from its usage events.
+    usage: Usage,
+}
+
+/// Where a run stands after [`OwnedRun::advance`].
+pub enum Progress<T: Send + 'static> {
+    /// The run ended.
+    Finished {
+        result: Result<T, AgentError>,
+        usage: Usage,
+    },
+    /// The run waits for `pending` to be answered.
+    Pending {
+        run: OwnedRun<T>,
+        pending: PendingConfirmation,
+    },
+}
+
+impl<T: Send + 'static> OwnedRun<T> {
+    pub fn new(handle: RunHandle<T>) -> Self {
+        Self {
+            handle: Some(handle),
+            usage: Usage::default(),
+        }
+    }
+
+    /// The run's id, while the run is held.
+    pub fn id(&self) -> Option<&RunId> {
+        self.handle.as_ref().map(|handle| &handle.id)
+    }
+
+    /// Tokens of the run so far.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Reads the run's events, showing each to `on_event`, until it waits
+    /// for a person or ends.
+    pub async fn advance(mut self, mut on_event: impl FnMut(&AgentEvent)) -> Progress<T> {
+        let Some(handle) = self.handle.as_mut() else {
+            return Progress::Finished {
+                result: Err(AgentError::Aborted("the run was already finished".into())),
+                usage: self.usage,
+            };
+        };
+        while let Some(event) = handle.events.recv().await {
+            if let AgentEvent::Usage { usage, .. } = &event {
+                self.usage.prompt_tokens += usage.prompt_tokens;
+                self.usage.completion_tokens += usage.completion_tokens;
+                self.usage.total_tokens += usage.total_tokens;
+            }
+            on_event(&event);
+            if let AgentEvent::ConfirmationPending(pending) = event {
+                return Progress::Pending { run: self, pending };
+            }
+        }
+        let handle = self.handle.take().expect("checked above");
+        Progress::Finished {
+            result: handle.result().await,
+            usage: self.usage,
+        }
+    }
+
+    /// Lets the run go on without anyone holding it: it ends on its own.
+    fn detach(mut self) {
+        self.handle.take();
+    }
+}
+
+impl<T: Send + 'static> Drop for OwnedRun<T> {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.handle {
+            handle.abort();
+        }
+    }
+}
+
+/// A chat run and what its completions carry.
+pub struct ChatRun {
+    pub run: OwnedRun<crate::agent::RunOutput>,
+    pub meta: CompletionMeta,
+}
+
+/// A direct skill invocation and the version it runs.
+pub struct InvokeRun {
+    pub run: OwnedRun<crate::agent::SkillOutput>,
+    pub skill: SkillVersion,
+}
+
+/// A run waiting for a person.
+pub enum Parked {
+    Chat(ChatRun),
+    Invoke(InvokeRun),
+}
+
+impl Parked {
+    /// Lets the run go on by itself (see [`OwnedRun`]'s drop).
+    pub fn detach(self) {
+        match self {
+            Self::Chat(chat) => chat.run.detach(),
+            Self::Invoke(invoke) => invoke.run.detach(),
+        }
+    }
+}
+
+/// Parked runs by confirmation id.
+#[derive(Default)]
+pub struct Parking {
+    runs: Mutex<HashMap<String, Parked>>,
+}
+
+impl Parking {
+    /// Parks `run` until `pending` is answered. Runs whose confirmation is
+    /// no longer pending (it expired, or was answered some other way) are
+    /// let go first: they end on their own.
+    pub fn park(&self, pending: &PendingConfirmation, run: Parked, confirmations: &Confirmations) {
+        let mut runs = self.lock();
+        let stale: Vec<String> = runs
+            .keys()
+            .filter(|id| confirmations.get(id).is_none())
+            .cloned()
+            .collect();
+        for id in stale {
+            if let Some(parked) = runs.remove(&id) {
+                parked.detach();
+            }
+        }
+        runs.insert(pending.id.to_string(), run);
+    }
+
+    /// Takes the run parked under `id`, if any.
+    pub fn take(&self, id: &str) -> Option<Parked> {
+        self.lock().remove(id)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Parked>> {
+        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,169 @@
+//! `GET /v1/skills`, `GET /v1/skills/{name}`, `POST /v1/skills/{name}/invoke`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::chat::answer_path;
+use super::errors::{ApiError, ApiJson, ErrorType};
+use super::openai::confirmation_json;
+use super::runs::{InvokeRun, OwnedRun, Parked, Progress};
+use super::{AppState, Mount};
+use crate::agent::{CallOutcome, SkillOutput};
+use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
+
+/// Every loaded skill, and every file whose latest content failed to load.
+pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let snapshot = state.host.snapshot();
+    let skills: Vec<Value> = snapshot
+        .skills()
+        .map(|skill| describe(&snapshot, skill))
+        .collect();
+    let failures: Vec<Value> = snapshot
+        .failures()
+        .map(|failure| {
+            json!({
+                "file": file_name(&failure.path),
+                "reason": failure.reason,
+            })
+        })
+        .collect();
+    Json(json!({"object": "list", "data": skills, "failures": failures}))
+}
+
+/// One skill.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let snapshot = state.host.snapshot();
+    let skill = snapshot
+        .get(&name)
+        .ok_or_else(|| unknown_skill(&snapshot, &name))?;
+    Ok(Json(describe(&snapshot, skill)))
+}
+
+/// Runs a skill on the JSON body as its input: its deterministic steps, or
+/// its sub-agent (which needs an LLM). `200` with the result; `202` with the
+/// pending confirmation when a write waits for approval (answer it at
+/// `POST /v1/confirmations/{id}`, whose response is then this route's);
+/// `400` naming the field when the input does not match the skill's
+/// parameters; `404` for an unknown skill; `422` when the skill ran and
+/// failed.
+pub async fn invoke(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    mount: Mount,
+    ApiJson(input): ApiJson<Value>,
+) -> Result<Response, ApiError> {
+    let snapshot = state.host.snapshot();
+    let skill = snapshot
+        .get(&name)
+        .ok_or_else(|| unknown_skill(&snapshot, &name))?;
+    let version = SkillVersion {
+        name: skill.component.name().clone(),
+        version: skill.component.manifest().version.to_string(),
+        digest: skill.component.digest().to_owned(),
+    };
+    let run = state.host.invoke(&name, input)?;
+    let invocation = InvokeRun {
+        run: OwnedRun::new(run),
+        skill: version,
+    };
+    finish_invocation(&state, invocation, &mount).await
+}
+
+/// Drives an invocation to its end or its next confirmation.
+pub async fn finish_invocation(
+    state: &AppState,
+    invocation: InvokeRun,
+    mount: &Mount,
+) -> Result<Response, ApiError> {
+    let InvokeRun { run, skill } = invocation;
+    let run_id = run.id().cloned();
+    let base = json!({
+        "object": "skill.invocation",
+        "run": run_id,
+        "skill": skill.name,
+        "version": skill.version,
+        "digest": skill.digest,
+    });
+    match run.advance(|_| {}).await {
+        Progress::Finished { result, usage } => {
+            let SkillOutput { outcome, .. } = result?;
+            match outcome {
+                CallOutcome::Done { result } => {
+                    let mut body = base;
+                    body["status"] = json!("done");
+                    body["result"] = result;
+                    body["usage"] = json!(usage);
+                    Ok(Json(body).into_response())
+                }
+                failed => Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    ErrorType::SkillError,
+                    "skill_failed",
+                    failed.to_tool_content(),
+                )),
+            }
+        }
+        Progress::Pending { run, pending } => {
+            let path = answer_path(mount, &pending);
+            let mut body = base;
+            body["status"] = json!("pending_confirmation");
+            body["confirmation"] = confirmation_json(&pending, &path);
+            state.parking.park(
+                &pending,
+                Parked::Invoke(InvokeRun { run, skill }),
+                state.host.confirmations(),
+            );
+            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+        }
+    }
+}
+
+fn unknown_skill(snapshot: &SkillSnapshot, name: &str) -> ApiError {
+    let loaded: Vec<&str> = snapshot
+        .skills()
+        .map(|skill| skill.component.name().as_str())
+        .collect();
+    ApiError::not_found(
+        "skill_not_found",
+        format!(
+            "no skill named `{name}` is loaded; loaded: {}",
+            loaded.join(", ")
+        ),
+    )
+    .with_param("name")
+}
+
+/// A skill as the API shows it. `status` is `loaded`, or `stale` when the
+/// file's latest content failed to load and this (earlier) version still
+/// serves; `last_error` says why.
+fn describe(snapshot: &SkillSnapshot, skill: &LoadedSkill) -> Value {
+    let manifest = skill.component.manifest();
+    let failure = snapshot.failure_for(&skill.path);
+    json!({
+        "object": "skill",
+        "name": manifest.name,
+        "version": manifest.version.to_string(),
+        "description": manifest.description,
+        "digest": skill.component.digest(),
+        "signer": skill.signer.map(|key| key.to_string()),
+        "file": file_name(&skill.path),
+        "status": if failure.is_some() { "stale" } else { "loaded" },
+        "last_error": failure.map(|failure| &failure.reason),
+        "manifest": manifest,
+    })
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |name| name.to_string_lossy().into_owned(),
+    )
+}

@@ -1,0 +1,469 @@
+//! HTTP endpoints as tools, declared in configuration: a team exposes its
+//! existing REST services to skills and the agent without writing Rust.
+//!
+//! ```toml
+//! [[tools]]
+//! name = "lookupCustomer"
+//! description = "Look up a customer by id"
+//! access = "read"
+//! method = "GET"
+//! url = "https://crm.example.com/customers/{customerId}"
+//! headers = { Authorization = "Bearer ${CRM_TOKEN}" }
+//! parameters = { type = "object", required = ["customerId"], properties = { customerId = { type = "string" } } }
+//! ```
+//!
+//! A call fills each `{field}` of the URL with that argument,
+//! percent-encoded (so an argument can never change the host or add path
+//! segments), and sends the remaining arguments as the query string (`GET`,
+//! `DELETE`) or as a JSON body (`POST`, `PUT`, `PATCH`). `${VAR}` in a header
+//! value is replaced by the environment variable `VAR` when the tool is
+//! built — a missing variable is an error, never an empty header — and
+//! header values are never logged or shown. A JSON response is the tool's
+//! result (other text becomes a string); a 4xx is a
+//! [`ToolError::Rejected`] carrying the service's message, a 5xx or a
+//! connection failure a [`ToolError::Failed`].
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Access, Tool, ToolError, ToolSpec};
+
+/// Time one call may take, connecting included. Default: 30 s.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Largest response body read. Default: 1 MiB — the result goes into an LLM
+/// context or a skill's input, where even that is plenty.
+pub const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+/// Characters of an error response kept in the error message.
+const ERROR_SNIPPET_CHARS: usize = 300;
+
+/// The methods an HTTP tool may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    Get,
+    Post,
+    Put,
+    Patch,
+    Delete,
+}
+
+impl HttpMethod {
+    fn sends_body(self) -> bool {
+        matches!(self, Self::Post | Self::Put | Self::Patch)
+    }
+
+    fn as_reqwest(self) -> reqwest::Method {
+        match self {
+            Self::Get => reqwest::Method::GET,
+            Self::Post => reqwest::Method::POST,
+            Self::Put => reqwest::Method::PUT,
+            Self::Patch => reqwest::Method::PATCH,
+            Self::Delete => reqwest::Method::DELETE,
+        }
+    }
+}
+
+/// One HTTP tool as declared in configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolConfig {
+    /// The tool's name, as skills declare it and models call it.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of the arguments; must be `"type": "object"`.
+    pub parameters: Value,
+    /// `read` or `write`. Write tools need a person's approval by default.
+    pub access: Access,
+    /// Default: `GET`.
+    #[serde(default = "default_method")]
+    pub method: HttpMethod,
+    /// `http(s)://host/path/{field}?fixed=1`; placeholders only after the
+    /// host, each naming a required parameter.
+    pub url: String,
+    /// Header values may hold `${VAR}`, read from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Default: [`DEFAULT_TIMEOUT`].
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+fn default_method() -> HttpMethod {
+    HttpMethod::Get
+}
+
+/// Why an HTTP tool's declaration is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("HTTP tool `{tool}`: {reason}")]
+pub struct HttpToolError {
+    tool: String,
+    reason: String,
+}
+
+/// A piece of a URL template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Literal(String),
+    Field(String),
+}
+
+/// An HTTP endpoint as a [`Tool`].
+pub struct HttpTool {
+    spec: ToolSpec,
+    method: HttpMethod,
+    template: Vec<Piece>,
+    headers: HeaderMap,
+    http: reqwest::Client,
+}
+
+impl fmt::Debug for HttpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTool")
+            .field("name", &self.spec.name)
+            .field("method", &self.method)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTool {
+    /// Checks `config` and builds the tool, reading `${VAR}`s in header
+    /// values through `env` (the process environment:
+    /// `|name| std::env::var(name).ok()`).
+    pub fn new(
+        config: HttpToolConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, HttpToolError> {
+        let invalid = |reason: String| HttpToolError {
+            tool: config.name.clone(),
+            reason,
+        };
+        if config.parameters.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(invalid(
+                "parameters must describe an object (`type = \"object\"`)".into(),
+            ));
+        }
+        let template = parse_template(&config.url).map_err(&invalid)?;
+        let required: Vec<&str> = config.parameters["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for piece in &template {
+            if let Piece::Field(field) = piece
+                && !required.contains(&field.as_str())
+            {
+                return Err(invalid(format!(
+                    "the URL uses `{{{field}}}`, which is not a required parameter"
+                )));
+            }
+        }
+        let mut headers = HeaderMap::new();
+        for (name, value) in &config.headers {
+            let value = expand_env(value, &env).map_err(&invalid)?;
+            let name = HeaderName::try_from(name.as_str())
+                .map_err(|e| invalid(format!("header name `{name}`: {e}")))?;
+            let mut value = HeaderValue::try_from(value)
+                .map_err(|_| invalid(format!("header `{name}` has an invalid value")))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let timeout = config
+            .timeout_secs
+            .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .user_agent(concat!("skillhost/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| invalid(format!("cannot build an HTTP client: {e}")))?;
+        Ok(Self {
+            spec: ToolSpec {
+                name: config.name,
+                description: config.description,
+                parameters: config.parameters,
+                access: config.access,
+            },
+            method: config.method,
+            template,
+            headers,
+            http,
+        })
+    }
+
+    /// The URL for `arguments`, and the arguments the template did not use.
+    fn url(
+        &self,
+        mut arguments: Map<String, Value>,
+    ) -> Result<(String, Map<String, Value>), ToolError> {
+        let mut url = String::new();
+        for piece in &self.template {
+            match piece {
+                Piece::Literal(text) => url.push_str(text),
+                Piece::Field(field) => {
+                    let text = match arguments.remove(field) {
+                        Some(Value::String(text)) => text,
+                        Some(value @ (Value::Number(_) | Value::Bool(_))) => value.to_string(),
+                        other => {
+                            return Err(ToolError::InvalidArguments {
+                                tool: self.spec.name.clone(),
+                                message: format!(
+                                    "field `{field}` must be a string or a number to go into \
+                                     the URL, got {}",
+                                    other.map_or_else(|| "nothing".into(), |v| v.to_string())
+                                ),
+                            });
+                        }
+                    };
+                    percent_encode(&text, &mut url);
+                }
+            }
+        }
+        Ok((url, arguments))
+    }
+}
+
+#[async_trait]
+impl Tool for HttpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, arguments: Value) -> Result<Value, ToolError> {
+        // The registry validated the arguments against an object schema.
+        let Value::Object(arguments) = arguments else {
+            return Err(ToolError::InvalidArguments {
+                tool: self.spec.name.clone(),
+                message: "arguments must be an object".into(),
+            });
+        };
+        let (url, rest) = self.url(arguments)?;
+        let mut request = self
+            .http
+            .request(self.method.as_reqwest(), &url)
+            .headers(self.headers.clone());
+        if self.method.sends_body() {
+            request = request.json(&rest);
+        } else if !rest.is_empty() {
+            let query: Vec<(String, String)> = rest
+                .into_iter()
+                .map(|(key, value)| match value {
+                    Value::String(text) => (key, text),
+                    other => (key, other.to_string()),
+                })
+                .collect();
+            request = request.query(&query);
+        }
+        let failed = |what: String| ToolError::Failed(format!("{}: {what}", self.spec.name));
+        let response = request
+            .send()
+            .await
+            .map_err(|e| failed(e.without_url().to_string()))?;
+        let status = response.status();
+        let is_json = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.contains("json"));
+        let body = read_limited(response).await.map_err(failed)?;
+        if status.is_client_error() {
+            return Err(ToolError::Rejected(format!(
+                "{} answered {status}: {}",
+                self.spec.name,
+                snippet(&body)
+            )));
+        }
+        if !status.is_success() {
+            return Err(failed(format!(
+                "the service answered {status}: {}",
+                snippet(&body)
+            )));
+        }
+        if is_json {
+            serde_json::from_str(&body)
+                .map_err(|e| failed(format!("the service sent invalid JSON: {e}")))
+        } else {
+            Ok(Value::String(body))
+        }
+    }
+}
+
+/// The body, at most [`MAX_RESPONSE_BYTES`].
+async fn read_limited(response: reqwest::Response) -> Result<String, String> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| format!("reading the response failed: {e}"))?;
+        if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+            return Err(format!(
+                "the response is larger than {MAX_RESPONSE_BYTES} bytes"
+            ));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+fn snippet(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(ERROR_SNIPPET_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
+
+/// Splits a URL template into literals and `{field}`s; placeholders may
+/// appear only after the host.
+fn parse_template(url: &str) -> Result<Vec<Piece>, String> {
+    let authority_end = url
+        .find("://")
+        .filter(|_| url.starts_with("http://") || url.starts_with("https://"))
+        .map(|scheme| scheme + 3)
+        .and_then(|start| url[start..].find('/').map(|slash| start + slash))
+        .ok_or_else(|| format!("`{url}` is not an http(s) URL with a path"))?;
+    if url[..authority_end].contains(['{', '}']) {
+        return Err(format!(
+            "`{url}`: placeholders may appear only in the path and query, not in the host"
+        ));
+    }
+    let mut pieces = Vec::new();
+    let mut rest = url;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .map(|close| open + close)
+            .ok_or_else(|| format!("`{url}`: unclosed `{{`"))?;
+        let field = &rest[open + 1..close];
+        if field.is_empty() || !field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`{url}`: `{{{field}}}` is not a parameter name"));
+        }
+        if open > 0 {
+            pieces.push(Piece::Literal(rest[..open].to_owned()));
+        }
+        pieces.push(Piece::Field(field.to_owned()));
+        rest = &rest[close + 1..];
+    }
+    if rest.contains('}') {
+        return Err(format!("`{url}`: unmatched `}}`"));
+    }
+    if !rest.is_empty() {
+        pieces.push(Piece::Literal(rest.to_owned()));
+    }
+    Ok(pieces)
+}
+
+/// Replaces every `${VAR}` in `value` with the variable's value.
+fn expand_env(value: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut expanded = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let end = rest[start..]
+            .find('}')
+            .map(|end| start + end)
+            .ok_or_else(|| "a header value has an unclosed `${`".to_owned())?;
+        let name = &rest[start + 2..end];
+        let secret = env(name)
+            .filter(|secret| !secret.is_empty())
+            .ok_or_else(|| {
+                format!("environment variable `{name}` (used in a header) is not set")
+            })?;
+        expanded.push_str(&rest[..start]);
+        expanded.push_str(&secret);
+        rest = &rest[end + 1..];
+    }
+    expanded.push_str(rest);
+    Ok(expanded)
+}
+
+/// Appends `text` percent-encoded: everything but RFC 3986's unreserved
+/// characters, so that a value stays within its path segment or query value.
+fn percent_encode(text: &str, out: &mut String) {
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(url: &str) -> HttpToolConfig {
+        HttpToolConfig {
+            name: "lookup".into(),
+            description: "d".into(),
+            parameters: json!({"type": "object", "required": ["id"],
+                               "properties": {"id": {"type": "string"}}}),
+            access: Access::Read,
+            method: HttpMethod::Get,
+            url: url.into(),
+            headers: BTreeMap::new(),
+            timeout_secs: None,
+        }
+    }
+
+    #[test]
+    fn arguments_fill_the_template_encoded_and_the_rest_is_left() {
+        let tool = HttpTool::new(config("http://h/items/{id}/x?v=1"), |_| None).unwrap();
+        let (url, rest) = tool
+            .url(
+                json!({"id": "a/../b c", "extra": 1})
+                    .as_object()
+                    .unwrap()
+                    .clone(),
+            )
+            .unwrap();
+        assert_eq!(url, "http://h/items/a%2F..%2Fb%20c/x?v=1");
+        assert_eq!(Value::Object(rest), json!({"extra": 1}));
+    }
+
+    #[test]
+    fn bad_declarations_are_refused() {
+        let refused = |url: &str| {
+            HttpTool::new(config(url), |_| None)
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(refused("http://{id}.example.com/x").contains("host"));
+        assert!(refused("ftp://h/{id}").contains("http(s)"));
+        assert!(refused("http://h/{other}").contains("not a required parameter"));
+        assert!(refused("http://h/{id").contains("unclosed"));
+        let mut missing_secret = config("http://h/{id}");
+        missing_secret
+            .headers
+            .insert("Authorization".into(), "Bearer ${TOKEN}".into());
+        let error = HttpTool::new(missing_secret, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("`TOKEN`"), "{error}");
+    }
+
+    #[test]
+    fn secrets_come_from_the_environment_and_stay_out_of_debug() {
+        let mut with_secret = config("http://h/{id}");
+        with_secret
+            .headers
+            .insert("Authorization".into(), "Bearer ${TOKEN}".into());
+        let tool = HttpTool::new(with_secret, |name| {
+            (name == "TOKEN").then(|| "s3cret".to_owned())
+        })
+        .unwrap();
+        assert_eq!(tool.headers["authorization"], "Bearer s3cret");
+        assert!(!format!("{tool:?}").contains("s3cret"));
+    }
+}

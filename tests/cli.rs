@@ -1,0 +1,592 @@
+//! The `skillhost` binary end to end: `ask` against the scripted LLM,
+//! `test` on bundled and packed skills, `run` and `skills`.
+//!
+//! Every command runs in a temporary working directory with its demo
+//! database there (`--db`), the bundled skills and the demo trust store
+//! named explicitly, and no LLM settings inherited from the environment.
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+use skillhost::tools::demo::DemoDb;
+
+use crate::agent_common::REFUND_REQUEST;
+use crate::support::fixtures::repo_root;
+use crate::support::scripted_llm::{ScriptedLlm, Step};
+
+/// Settings the binary reads from the environment; cleared so that the
+/// machine's own never leak into a test.
+const ENV: [&str; 8] = [
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "SKILLHOST_MODEL",
+    "SKILLHOST_SKILLS",
+    "SKILLHOST_DB",
+    "SKILLHOST_TRUST",
+    "SKILLHOST_KEEP_PUBLIC",
+    "SKILLHOST_LOG",
+];
+
+/// A scratch working directory for the binary.
+struct Workdir {
+    dir: TempDir,
+}
+
+impl Workdir {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// The demo database the commands of this directory use.
+    fn db(&self) -> PathBuf {
+        self.path("shop.db")
+    }
+
+    /// `skillhost <args>` in this directory, with no LLM configured.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_skillhost"));
+        command
+            .args(args)
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null());
+        for name in ENV {
+            command.env_remove(name);
+        }
+        command
+    }
+
+    /// `skillhost <args> --skills <dir> --trust keys/trusted --db shop.db`.
+    fn host_command(&self, args: &[&str], skills: &Path) -> Command {
+        let mut command = self.command(args);
+        command
+            .arg("--skills")
+            .arg(skills)
+            .arg("--trust")
+            .arg(repo_root().join("keys/trusted"))
+            .arg("--db")
+            .arg(self.db());
+        command
+    }
+
+    /// The refunds of order 88231 in this directory's database.
+    fn refunds_of_88231(&self) -> usize {
+        DemoDb::open(self.db())
+            .expect("the demo database the command wrote")
+            .refunds_for("88231")
+            .expect("reading refunds")
+            .len()
+    }
+}
+
+/// The bundled, signed skills.
+fn bundled() -> PathBuf {
+    repo_root().join("skills")
+}
+
+/// Points `command` at the scripted LLM.
+fn with_llm<'a>(command: &'a mut Command, llm: &ScriptedLlm) -> &'a mut Command {
+    command
+        .env("OPENAI_BASE_URL", llm.base_url())
+        .env("SKILLHOST_MODEL", "test-model")
+}
+
+async fn output(command: &mut Command) -> Output {
+    command.output().await.expect("running skillhost")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Panics with the command's output unless it exited with `code`.
+fn expect_code(output: &Output, code: i32) -> (String, String) {
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    (stdout, stderr)
+}
+
+fn refund_call() -> Step {
+    Step::tool_call(
+        "processRefund",
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+    )
+}
+
+/// The content of the tool message of the second main request: what the
+/// skill told the main agent.
+fn skill_result(llm: &ScriptedLlm) -> Value {
+    let requests = llm.requests();
+    let tool = requests[1]
+        .messages()
+        .iter()
+        .find(|message| message["role"] == "tool")
+        .expect("a tool message in the second request");
+    serde_json::from_str(tool["content"].as_str().expect("text content"))
+        .expect("the skill's JSON result")
+}
+
+#[tokio::test]
+async fn ask_with_yes_prints_rounds_inner_calls_and_the_answer_and_writes_the_refund() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("Your refund for the S10 Pro is on its way."),
+    ])
+    .await;
+    let mut command = work.host_command(&["ask", REFUND_REQUEST, "--yes"], &bundled());
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+
+    assert_eq!(stdout.trim(), "Your refund for the S10 Pro is on its way.");
+    // Each main round with the functions offered (count and names).
+    let offered = llm.requests()[0].tool_names();
+    assert!(
+        stderr.contains(&format!(
+            "round 1 (main agent): {} function(s) offered",
+            offered.len()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("processRefund, "), "{stderr}");
+    assert!(stderr.contains("round 2 (main agent)"), "{stderr}");
+    // The skill's steps and the calls inside it, with caller and outcome.
+    assert!(
+        stderr.contains("main agent called skill processRefund(")
+            && stderr.contains("runs its deterministic steps"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skill processRefund called queryOrder({\"orderId\":\"88231\"}) -> done"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skill processRefund called applyRefund(") && stderr.contains("-> done"),
+        "{stderr}"
+    );
+    // The confirmation: id, tool, arguments, summary; approved by --yes.
+    assert!(
+        stderr.contains("confirmation cf_")
+            && stderr.contains("skill processRefund wants to run applyRefund"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "summary:   applyRefund: orderId '88231', reason 'the robot vacuum is broken'"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("approved (--yes)"), "{stderr}");
+    assert!(
+        stderr.contains("done: 2 main round(s), 2 LLM call(s)"),
+        "{stderr}"
+    );
+
+    assert_eq!(skill_result(&llm)["refunded"], true);
+    assert_eq!(work.refunds_of_88231(), 1);
+    assert_eq!(llm.remaining(), 0);
+}
+
+#[tokio::test]
+async fn ask_with_no_tells_the_model_and_writes_no_refund() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("Understood: no refund was submitted."),
+    ])
+    .await;
+    let mut command = work.host_command(&["ask", REFUND_REQUEST, "--no"], &bundled());
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+
+    assert_eq!(stdout.trim(), "Understood: no refund was submitted.");
+    assert!(stderr.contains("rejected (--no)"), "{stderr}");
+    assert!(
+        stderr.contains("skill processRefund called applyRefund(") && stderr.contains("declined"),
+        "{stderr}"
+    );
+    // The skill's steps saw the refusal and told the main agent.
+    let result = skill_result(&llm);
+    assert_eq!(result["refunded"], false);
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("not submitted"),
+        "{result}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+}
+
+#[tokio::test]
+async fn ask_asks_on_the_terminal_until_it_gets_y_or_n() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text("Refund submitted.")]).await;
+    let mut command = work.host_command(&["ask", REFUND_REQUEST], &bundled());
+    let mut child = with_llm(&mut command, &llm)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting skillhost");
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin.write_all(b"maybe\ny\n").await.unwrap();
+    drop(stdin);
+    let output = child.wait_with_output().await.unwrap();
+    let (_, stderr) = expect_code(&output, 0);
+
+    assert!(stderr.contains("approve applyRefund? [y/n]"), "{stderr}");
+    assert!(stderr.contains("answer y or n"), "{stderr}");
+    assert!(stderr.contains("): approved"), "{stderr}");
+    assert_eq!(work.refunds_of_88231(), 1);
+}
+
+#[tokio::test]
+async fn ask_with_json_prints_every_event_as_a_json_line() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text("Done.")]).await;
+    let mut command = work.host_command(
+        &[
+            "ask",
+            REFUND_REQUEST,
+            "--yes",
+            "--json",
+            "--keep-public",
+            "queryOrder,searchKnowledge,getCurrentTime",
+        ],
+        &bundled(),
+    );
+    let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|event| event["event"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "round_started",
+        "skill_started",
+        "tool_called",
+        "confirmation_pending",
+        "confirmation_resolved",
+        "skill_finished",
+        "answer",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind} in {kinds:?}");
+    }
+    // Article 003's keep-public tools stay; the absorbed applyRefund does not.
+    let offered = &events[0]["functions"];
+    assert_eq!(events[0]["event"], "round_started");
+    for tool in [
+        "queryOrder",
+        "searchKnowledge",
+        "getCurrentTime",
+        "processRefund",
+    ] {
+        assert!(
+            offered.as_array().unwrap().contains(&json!(tool)),
+            "{offered}"
+        );
+    }
+    assert!(!offered.as_array().unwrap().contains(&json!("applyRefund")));
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "finished");
+    assert_eq!(last["rounds"], 2);
+    assert_eq!(last["llm_calls"], 2);
+}
+
+#[tokio::test]
+async fn ask_without_an_llm_says_how_to_configure_one() {
+    let work = Workdir::new();
+    let out = output(&mut work.host_command(&["ask", "hello"], &bundled())).await;
+    let (_, stderr) = expect_code(&out, 1);
+    for name in ["SKILLHOST_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"] {
+        assert!(stderr.contains(name), "{name} not mentioned: {stderr}");
+    }
+    assert!(stderr.contains("no LLM configured"), "{stderr}");
+}
+
+/// `skillhost test` on the bundled skills, with no LLM: the deterministic
+/// skills' cases pass, the instruction-only ones are skipped.
+#[tokio::test]
+async fn test_passes_deterministic_skills_and_skips_llm_skills_without_an_llm() {
+    let work = Workdir::new();
+    let mut command = work.command(&["test", "--skills"]);
+    command
+        .arg(bundled())
+        .arg("--trust")
+        .arg(repo_root().join("keys/trusted"));
+    let (stdout, _) = expect_code(&output(&mut command).await, 0);
+
+    assert!(
+        stdout.contains(
+            "PASS processRefund › refund a delivered order (steps; called queryOrder, applyRefund"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("auto-approved: applyRefund"), "{stdout}");
+    assert!(
+        stdout.contains("PASS inquireOrderStatus › a shipped order with tracking"),
+        "{stdout}"
+    );
+    for skill in [
+        "after_sale_apply",
+        "fault_diagnosis",
+        "iot_bundle",
+        "order_change",
+        "order_checkout",
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|line| line.starts_with(&format!("SKIP {skill} ›"))
+                    && line.contains("skipped: no LLM configured")),
+            "{skill} not skipped: {stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("cases: 2 passed, 0 failed, 5 skipped"),
+        "{stdout}"
+    );
+    // Cases run on a scratch shop: nothing is written in the working directory.
+    assert!(!work.db().exists() && !work.path("skillhost-demo.db").exists());
+}
+
+#[tokio::test]
+async fn test_named_skills_only_and_unknown_names_are_errors() {
+    let work = Workdir::new();
+    let trust = repo_root().join("keys/trusted");
+    let mut command = work.command(&["test", "processRefund", "--json", "--skills"]);
+    command.arg(bundled()).arg("--trust").arg(&trust);
+    let (stdout, _) = expect_code(&output(&mut command).await, 0);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["passed"], 1);
+    assert_eq!(report["skipped"], 0);
+    let case = &report["cases"][0];
+    assert_eq!(case["skill"], "processRefund");
+    assert_eq!(case["verdict"], "passed");
+    assert_eq!(case["path"], "steps");
+    assert_eq!(case["tools_called"], json!(["queryOrder", "applyRefund"]));
+    assert!(
+        case["result"]
+            .as_str()
+            .unwrap()
+            .contains("\"refunded\":true")
+    );
+
+    let mut command = work.command(&["test", "noSuchSkill", "--skills"]);
+    command.arg(bundled()).arg("--trust").arg(&trust);
+    let (_, stderr) = expect_code(&output(&mut command).await, 1);
+    assert!(
+        stderr.contains("no skill named `noSuchSkill` is loaded"),
+        "{stderr}"
+    );
+}
+
+/// A declarative skill packed and signed with the binary: one case whose
+/// expectations its sub-agent does not meet, one whose it does.
+const LOOKUP_SKILL: &str = r#"
+name: orderLookup
+description: Looks up one order of the Bit Select shop and reports its status.
+tools: [queryOrder, queryLogistics]
+parameters:
+  type: object
+  properties:
+    orderId: { type: string, description: The order number }
+  required: [orderId]
+instructions: |
+  Use queryOrder with the order number, then report the order's status in one sentence.
+test_cases:
+  - name: expects a refund it never makes
+    input: { orderId: "88231" }
+    expect_tools: [queryOrder, applyRefund]
+    expect_contains: [RF2026, delivered]
+  - name: reports the status
+    input: { orderId: "88231" }
+    expect_tools: [queryOrder]
+    expect_contains: [delivered]
+"#;
+
+#[tokio::test]
+async fn test_reports_which_expectation_failed_and_exits_non_zero() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let yaml = work.path("order-lookup.yaml");
+    std::fs::write(&yaml, LOOKUP_SKILL).unwrap();
+    let mut pack = work.command(&["pack"]);
+    pack.arg(&yaml).arg("--out-dir").arg(&skills);
+    expect_code(&output(&mut pack).await, 0);
+    let component = skills.join("orderLookup.wasm");
+    let mut sign = work.command(&["sign"]);
+    sign.arg(&component)
+        .arg("--key")
+        .arg(repo_root().join("keys/demo-signing.key"));
+    expect_code(&output(&mut sign).await, 0);
+
+    let status = "Order 88231 (Bit S10 Pro robot vacuum) has been delivered.";
+    let llm = ScriptedLlm::start(vec![
+        // Case 1: queries the order, answers without refunding.
+        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+        Step::text(status),
+        // Case 2: the same, which is what that case expects.
+        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+        Step::text(status),
+    ])
+    .await;
+    let mut command = work.command(&["test", "--json", "--skills"]);
+    command
+        .arg(&skills)
+        .arg("--trust")
+        .arg(repo_root().join("keys/trusted"));
+    let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 1);
+
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (report["passed"].clone(), report["failed"].clone()),
+        (json!(1), json!(1))
+    );
+    let failed = &report["cases"][0];
+    assert_eq!(failed["case"], "expects a refund it never makes");
+    assert_eq!(failed["verdict"], "failed");
+    assert_eq!(failed["path"], "llm");
+    assert_eq!(failed["llm_calls"], 2);
+    assert_eq!(
+        failed["failures"],
+        json!([
+            {"failure": "tool_not_called", "tool": "applyRefund", "called": ["queryOrder"]},
+            {"failure": "text_missing", "text": "RF2026"},
+        ])
+    );
+    assert_eq!(report["cases"][1]["verdict"], "passed");
+    // The sub-agent ran on the skill's instructions and its declared tools.
+    let requests = llm.requests();
+    assert!(
+        requests[0].messages()[0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Use queryOrder with the order number")
+    );
+    assert_eq!(requests[0].tool_names(), ["queryOrder", "queryLogistics"]);
+
+    // The same failure, readable.
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+        Step::text(status),
+        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+        Step::text(status),
+    ])
+    .await;
+    let mut command = work.command(&["test", "--skills"]);
+    command
+        .arg(&skills)
+        .arg("--trust")
+        .arg(repo_root().join("keys/trusted"));
+    let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 1);
+    assert!(
+        stdout.contains("FAIL orderLookup › expects a refund it never makes (LLM)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("expected tool `applyRefund` was not called (called: queryOrder)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the result does not contain \"RF2026\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("PASS orderLookup › reports the status (LLM"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("cases: 1 passed, 1 failed, 0 skipped"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn run_refunds_order_88231_in_the_db_file() {
+    let work = Workdir::new();
+    let mut command = work.host_command(
+        &[
+            "run",
+            "processRefund",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+        ],
+        &bundled(),
+    );
+    let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["refunded"], true, "{stdout}");
+    assert!(result["refundId"].as_str().unwrap().starts_with("RF"));
+    assert!(stderr.contains("tool queryOrder: ok") && stderr.contains("tool applyRefund: ok"));
+    assert_eq!(work.refunds_of_88231(), 1);
+}
+
+#[tokio::test]
+async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
+    let work = Workdir::new();
+    for (input, field) in [
+        (r#"{"orderId":"88231"}"#, "\"reason\""),
+        (r#"{"orderId":88231,"reason":"broken"}"#, "field `orderId`"),
+    ] {
+        let mut command =
+            work.host_command(&["run", "processRefund", "--input", input], &bundled());
+        let (stdout, stderr) = expect_code(&output(&mut command).await, 1);
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(field),
+            "{input}: {stderr}"
+        );
+    }
+    assert_eq!(work.refunds_of_88231(), 0);
+}
+
+#[tokio::test]
+async fn skills_json_lists_the_seven_bundled_skills_with_their_signer() {
+    let work = Workdir::new();
+    let mut command = work.host_command(&["skills", "--json"], &bundled());
+    let (stdout, _) = expect_code(&output(&mut command).await, 0);
+    let listing: Value = serde_json::from_str(&stdout).unwrap();
+    let skills = listing["skills"].as_array().unwrap();
+    let names: Vec<&str> = skills
+        .iter()
+        .map(|skill| skill["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "after_sale_apply",
+            "fault_diagnosis",
+            "inquireOrderStatus",
+            "iot_bundle",
+            "order_change",
+            "order_checkout",
+            "processRefund"
+        ]
+    );
+    for skill in skills {
+        assert!(
+            skill["signer"].as_str().is_some_and(|key| !key.is_empty()),
+            "{skill}"
+        );
+    }
+    assert_eq!(listing["failed"], json!([]));
+}

@@ -1,0 +1,1076 @@
+//! The gateway end to end: a real `SkillHost` over signed components,
+//! served on loopback, talked to with reqwest; the scripted LLM plays the
+//! model.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use skillhost::agent::llm::LlmConfig;
+use skillhost::embed::SkillHost;
+use skillhost::gateway::{Gateway, GatewayConfig};
+use skillhost::runtime::RuntimeConfig;
+use skillhost::skills::signature::{SignaturePolicy, TrustStore};
+use skillhost::tools::Tool;
+use skillhost::tools::demo::{DemoClock, DemoDb, article_003_tools};
+use skillhost::tools::http::{HttpTool, HttpToolConfig};
+
+use crate::agent_common::REFUND_REQUEST;
+use crate::support::fixtures::{fixture, repo_root, skill_file};
+use crate::support::scripted_llm::{ScriptedLlm, Step};
+
+/// A gateway serving on a loopback port.
+struct Served {
+    base: String,
+    http: reqwest::Client,
+    db: Arc<DemoDb>,
+    dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    server: JoinHandle<std::io::Result<()>>,
+}
+
+/// What to serve.
+struct Setup<'a> {
+    skills: &'a [&'a str],
+    llm: Option<&'a ScriptedLlm>,
+    config: GatewayConfig,
+    /// Registered next to article 003's tools.
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Self {
+            skills: &["processRefund", "inquireOrderStatus"],
+            llm: None,
+            config: GatewayConfig::default(),
+            tools: Vec::new(),
+        }
+    }
+}
+
+impl Served {
+    /// Bundled skills copied into a fresh directory (watched), verified
+    /// against the demo key, the demo tools on a fresh shop whose clock
+    /// makes the first refund `RF20260629001`.
+    async fn start(setup: Setup<'_>) -> Self {
+        let dir = tempfile::tempdir().expect("a skills directory");
+        for name in setup.skills {
+            std::fs::copy(skill_file(name), dir.path().join(format!("{name}.wasm")))
+                .expect("copying a bundled skill");
+        }
+        let clock = DemoClock::Fixed("2026-06-29 14:00:00".parse().expect("a shop time"));
+        let db = Arc::new(
+            DemoDb::in_memory()
+                .expect("the demo shop")
+                .with_clock(clock),
+        );
+        let trusted = TrustStore::load(&[repo_root().join("keys/trusted")]).expect("the demo key");
+        let mut builder = SkillHost::builder(dir.path(), SignaturePolicy::Require(trusted))
+            .runtime_config(RuntimeConfig {
+                max_concurrent_instances: 8,
+                ..RuntimeConfig::default()
+            })
+            // Article 003's five tools, so that the agent's view is the article's.
+            .register_tools(|tools| {
+                article_003_tools(db.clone())
+                    .into_iter()
+                    .chain(setup.tools)
+                    .try_for_each(|tool| tools.register(tool))
+            })
+            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"]);
+        if let Some(llm) = setup.llm {
+            builder = builder.llm(LlmConfig {
+                backoff_base: Duration::from_millis(1),
+                backoff_max: Duration::from_millis(5),
+                ..LlmConfig::new(llm.base_url(), "test-model")
+            });
+        }
+        let host = builder.build().await.expect("building the host");
+        let failures: Vec<_> = host.snapshot().failures().cloned().collect();
+        assert!(failures.is_empty(), "skills failed to load: {failures:?}");
+        let gateway = Gateway::new(host, setup.config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            gateway
+                .serve(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            db,
+            dir,
+            stop: Some(stop),
+            server,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        read(self.http.get(self.url(path)).send().await.expect("GET")).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        read(
+            self.http
+                .post(self.url(path))
+                .json(&body)
+                .send()
+                .await
+                .expect("POST"),
+        )
+        .await
+    }
+
+    /// Shuts the server down gracefully and waits for it.
+    async fn shut_down(mut self) {
+        self.stop.take().expect("running").send(()).unwrap();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
+async fn read(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let text = response.text().await.expect("a body");
+    let body = serde_json::from_str(&text).unwrap_or_else(|_| panic!("not JSON: {text}"));
+    (status, body)
+}
+
+/// Checks an OpenAI-style error body and returns its error object.
+fn error_of(body: &Value, code: &str) -> Value {
+    let error = &body["error"];
+    assert_eq!(error["code"], code, "{body:#}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body:#}"
+    );
+    assert!(error["type"].is_string(), "{body:#}");
+    assert!(error.get("param").is_some(), "{body:#}");
+    error.clone()
+}
+
+/// The `data:` payloads of an SSE body, in order.
+fn sse_data(text: &str) -> Vec<String> {
+    text.split("\n\n")
+        .flat_map(|frame| frame.lines())
+        .filter_map(|line| {
+            line.strip_prefix("data: ")
+                .or_else(|| line.strip_prefix("data:"))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn refund_call() -> Step {
+    Step::tool_call(
+        "processRefund",
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+    )
+}
+
+const REFUND_ANSWER: &str = "Your refund RF20260629001 for the S10 Pro is on its way.";
+
+/// The confirmation a pending completion carries, checked for shape.
+fn pending_confirmation(completion: &Value) -> Value {
+    assert_eq!(completion["object"], "chat.completion", "{completion:#}");
+    assert_eq!(completion["choices"][0]["finish_reason"], "stop");
+    assert_eq!(completion["skillhost"]["status"], "pending_confirmation");
+    let confirmation = completion["skillhost"]["confirmation"].clone();
+    assert_eq!(confirmation["tool"], "applyRefund");
+    assert_eq!(
+        confirmation["arguments"],
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
+    );
+    let content = completion["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap();
+    let id = confirmation["id"].as_str().unwrap();
+    assert!(
+        content.contains("applyRefund") && content.contains(id),
+        "{content}"
+    );
+    assert_eq!(
+        confirmation["answer"]["path"],
+        format!("/v1/confirmations/{id}")
+    );
+    confirmation
+}
+
+#[tokio::test]
+async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text(REFUND_ANSWER)]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        ..Setup::default()
+    })
+    .await;
+    let (status, pending) = served
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "anything", "messages": [{"role": "user", "content": REFUND_REQUEST}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pending:#}");
+    assert_eq!(pending["model"], "test-model");
+    let confirmation = pending_confirmation(&pending);
+    // The skill waits inside its write: nothing is written yet.
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    // The model saw the skill as a function, next to the public tools.
+    let mut offered = llm.requests()[0].tool_names();
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "getCurrentTime",
+            "inquireOrderStatus",
+            "processRefund",
+            "queryOrder",
+            "searchKnowledge"
+        ]
+    );
+
+    let (status, done) = served
+        .post(
+            confirmation["answer"]["path"].as_str().unwrap(),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(done["id"], pending["id"], "one run, one completion id");
+    assert_eq!(done["choices"][0]["message"]["content"], REFUND_ANSWER);
+    assert_eq!(done["choices"][0]["finish_reason"], "stop");
+    assert_eq!(done["skillhost"]["status"], "completed");
+    assert_eq!(
+        done["usage"]["total_tokens"], 30,
+        "two calls of 10 + 5 tokens"
+    );
+    assert_eq!(
+        served.db.refunds_for("88231").unwrap()[0].refund_id,
+        "RF20260629001"
+    );
+    assert_eq!(llm.remaining(), 0);
+    // The skill's result went back to the model.
+    let result = llm.requests()[1].messages().last().unwrap()["content"].clone();
+    assert!(
+        result.as_str().unwrap().contains("RF20260629001"),
+        "{result}"
+    );
+
+    // Answering again: the confirmation is gone.
+    let (status, again) = served
+        .post(
+            confirmation["answer"]["path"].as_str().unwrap(),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    error_of(&again, "confirmation_not_found");
+}
+
+#[tokio::test]
+async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection() {
+    let llm = ScriptedLlm::start(vec![
+        refund_call().fragments(3),
+        Step::text("Understood, I did not refund order 88231.").fragments(4),
+    ])
+    .await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        ..Setup::default()
+    })
+    .await;
+    let response = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": REFUND_REQUEST}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let data = sse_data(&response.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|chunk| serde_json::from_str(chunk).unwrap())
+        .collect();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    // The last chunk with choices ends the turn and carries the confirmation;
+    // then the usage chunk.
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["total_tokens"], 15);
+    let last = &chunks[chunks.len() - 2];
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert_eq!(last["skillhost"]["status"], "pending_confirmation");
+    let id = last["skillhost"]["confirmation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(
+        content.contains("applyRefund") && content.contains(&id),
+        "{content}"
+    );
+
+    let response = served
+        .http
+        .post(served.url(&format!("/v1/confirmations/{id}")))
+        .json(&json!({"decision": "reject", "reason": "wrong order", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let data = sse_data(&response.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|chunk| serde_json::from_str(chunk).unwrap())
+        .collect();
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, "Understood, I did not refund order 88231.");
+    // Streamed in pieces as the model produced them.
+    assert!(chunks.len() >= 4, "{chunks:#?}");
+    assert_eq!(chunks.last().unwrap()["skillhost"]["status"], "completed");
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    // The skill's write was declined, with the person's reason.
+    let told = llm.requests()[1].messages().last().unwrap()["content"].clone();
+    assert!(told.as_str().unwrap().contains("declined"), "{told}");
+}
+
+#[tokio::test]
+async fn skill_listing_and_events_follow_a_hot_reload() {
+    let served = Served::start(Setup {
+        skills: &["processRefund"],
+        ..Setup::default()
+    })
+    .await;
+    let (status, listing) = served.get("/v1/skills").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(listing["data"].as_array().unwrap().len(), 1);
+    let refund = &listing["data"][0];
+    assert_eq!(refund["name"], "processRefund");
+    assert_eq!(refund["status"], "loaded");
+    assert!(refund["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(refund["signer"], "cccb7250b5621613");
+    assert_eq!(
+        refund["manifest"]["tools"],
+        json!(["queryOrder", "applyRefund"])
+    );
+    assert_eq!(refund["last_error"], Value::Null);
+
+    let mut events = served
+        .http
+        .get(served.url("/v1/events"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    std::fs::copy(
+        fixture("versioned-1"),
+        served.dir.path().join("versioned.wasm"),
+    )
+    .unwrap();
+
+    // The reload arrives as an SSE event...
+    let mut text = String::new();
+    let reload = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let chunk = events
+                .chunk()
+                .await
+                .unwrap()
+                .expect("the stream stays open");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(data) = text
+                .split("\n\n")
+                .find(|frame| frame.contains("event: reload"))
+                .and_then(|frame| sse_data(frame).into_iter().next())
+            {
+                return serde_json::from_str::<Value>(&data).unwrap();
+            }
+        }
+    })
+    .await
+    .expect("a reload event within 20 s");
+    assert_eq!(reload["type"], "reload");
+    assert_eq!(reload["outcome"], "loaded");
+    assert_eq!(reload["new"]["name"], "versioned");
+
+    // ... and the listing shows the new skill.
+    let (_, one) = served.get("/v1/skills/versioned").await;
+    assert_eq!(one["version"], "1.0.0");
+    assert_eq!(one["file"], "versioned.wasm");
+    let (_, listing) = served.get("/v1/skills").await;
+    let names: Vec<&str> = listing["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|skill| skill["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["processRefund", "versioned"]);
+
+    // A bad update is refused and shown; the old version keeps serving.
+    std::fs::write(served.dir.path().join("versioned.wasm"), b"not wasm").unwrap();
+    let stale = wait_for(&served, "/v1/skills/versioned", |skill| {
+        skill["status"] == "stale"
+    })
+    .await;
+    assert_eq!(stale["version"], "1.0.0");
+    assert!(
+        stale["last_error"].as_str().unwrap().contains("signature"),
+        "{stale:#}"
+    );
+    let (_, listing) = served.get("/v1/skills").await;
+    assert_eq!(listing["failures"][0]["file"], "versioned.wasm");
+    // Shutting down ends the event stream rather than waiting on it.
+    drop(events);
+    served.shut_down().await;
+}
+
+/// Polls `path` until `ready` holds (at most 20 s).
+async fn wait_for(served: &Served, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, body) = served.get(path).await;
+        if ready(&body) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{path} never got ready: {body:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
+    let served = Served::start(Setup::default()).await;
+    let (status, order) = served
+        .post(
+            "/v1/skills/inquireOrderStatus/invoke",
+            json!({"orderId": "88231"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{order:#}");
+    assert_eq!(order["status"], "done");
+    assert_eq!(order["skill"], "inquireOrderStatus");
+    assert!(
+        order["result"].to_string().contains("SF1234567890"),
+        "{order:#}"
+    );
+
+    let (status, pending) = served
+        .post(
+            "/v1/skills/processRefund/invoke",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+    assert_eq!(pending["status"], "pending_confirmation");
+    assert_eq!(pending["confirmation"]["tool"], "applyRefund");
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    // Admin view of what waits (no keys configured: open).
+    let (_, waiting) = served.get("/v1/confirmations").await;
+    assert_eq!(waiting["data"][0]["id"], pending["confirmation"]["id"]);
+
+    let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+    let (status, done) = served.post(path, json!({"decision": "approve"})).await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(done["status"], "done");
+    assert_eq!(done["run"], pending["run"]);
+    assert_eq!(done["result"]["refundId"], "RF20260629001");
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn invoke_with_bad_input_is_a_400_naming_the_field_and_unknown_skills_are_404() {
+    let served = Served::start(Setup::default()).await;
+    let (status, body) = served
+        .post(
+            "/v1/skills/processRefund/invoke",
+            json!({"orderId": 88231, "reason": "x"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let error = error_of(&body, "invalid_input");
+    assert_eq!(error["param"], "orderId");
+    assert_eq!(error["type"], "invalid_request_error");
+    assert!(error["message"].as_str().unwrap().contains("orderId"));
+
+    let (status, body) = served
+        .post("/v1/skills/processRefund/invoke", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        error_of(&body, "invalid_input")["message"]
+            .as_str()
+            .unwrap()
+            .contains("required")
+    );
+
+    for (status, body) in [
+        served.get("/v1/skills/nope").await,
+        served.post("/v1/skills/nope/invoke", json!({})).await,
+    ] {
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let error = error_of(&body, "skill_not_found");
+        assert!(error["message"].as_str().unwrap().contains("processRefund"));
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_get_openai_style_4xx_bodies() {
+    let served = Served::start(Setup::default()).await;
+    let send =
+        |request: reqwest::RequestBuilder| async move { read(request.send().await.unwrap()).await };
+    let chat = served.url("/v1/chat/completions");
+    let json_body = |text: &'static str| {
+        served
+            .http
+            .post(&chat)
+            .header("content-type", "application/json")
+            .body(text)
+    };
+
+    let (status, body) = send(json_body(r#"{"messages": ["#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    error_of(&body, "invalid_json");
+
+    let (status, body) = send(json_body(
+        r#"{"messages": [{"role": "robot", "content": "hi"}]}"#,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        error_of(&body, "invalid_request")["param"],
+        "messages[0].role"
+    );
+
+    let (status, body) = send(json_body(r#"{"messages": [{"role": "user"}]}"#)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    error_of(&body, "invalid_request");
+
+    let (status, body) = send(served.http.post(&chat).body(r#"{"messages": []}"#)).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    error_of(&body, "unsupported_media_type");
+
+    let (status, body) = send(
+        served
+            .http
+            .post(served.url("/v1/skills/processRefund/invoke"))
+            .header("content-type", "application/json")
+            .body("{\"orderId\": }"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    error_of(&body, "invalid_json");
+
+    let (status, body) = served
+        .post("/v1/confirmations/cf_x", json!({"decision": "maybe"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&body, "invalid_request")["param"], "decision");
+
+    let (status, body) = served.get("/v1/nothing-here").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    error_of(&body, "not_found");
+
+    let (status, body) = served.get("/v1/chat/completions").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    error_of(&body, "method_not_allowed");
+}
+
+#[tokio::test]
+async fn chat_without_a_model_is_a_503_saying_how_to_configure_one() {
+    let served = Served::start(Setup::default()).await;
+    let (status, body) = served
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let error = error_of(&body, "llm_not_configured");
+    assert_eq!(error["type"], "service_unavailable_error");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("SKILLHOST_MODEL") && message.contains("OPENAI_BASE_URL"),
+        "{message}"
+    );
+    // Everything that needs no model works.
+    let (_, health) = served.get("/healthz").await;
+    assert_eq!(
+        health,
+        json!({"status": "ok", "skills": 2, "failures": 0, "llm": false})
+    );
+    let (_, models) = served.get("/v1/models").await;
+    assert_eq!(models["data"], json!([]));
+    let (status, _) = served
+        .post(
+            "/v1/skills/inquireOrderStatus/invoke",
+            json!({"orderId": "99001"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn api_and_admin_keys_guard_their_routes() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec!["api-key-1".into(), "api-key-2".into()],
+            admin_key: Some("admin-key".into()),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let get = |path: &str, key: Option<&str>| {
+        let mut request = served.http.get(served.url(path));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        async move { request.send().await.unwrap() }
+    };
+
+    let response = get("/v1/skills", None).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
+    let (_, body) = read(response).await;
+    assert_eq!(
+        error_of(&body, "missing_api_key")["type"],
+        "authentication_error"
+    );
+    let (status, body) = read(get("/v1/skills", Some("wrong")).await).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    error_of(&body, "invalid_api_key");
+    for key in ["api-key-1", "api-key-2", "admin-key"] {
+        assert_eq!(
+            get("/v1/skills", Some(key)).await.status(),
+            StatusCode::OK,
+            "{key}"
+        );
+    }
+    // Admin routes: the admin key only.
+    let (status, body) = read(get("/metrics", Some("api-key-1")).await).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    error_of(&body, "admin_key_required");
+    assert_eq!(
+        get("/metrics", None).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        get("/metrics", Some("admin-key")).await.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        get("/v1/confirmations", Some("admin-key")).await.status(),
+        StatusCode::OK
+    );
+    // Health is always open.
+    assert_eq!(get("/healthz", None).await.status(), StatusCode::OK);
+    // A POST is checked before its body is read.
+    let response = served
+        .http
+        .post(served.url("/v1/skills/processRefund/invoke"))
+        .json(&json!({"orderId": "88231", "reason": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+
+    // API keys without an admin key: admin routes are closed, not open.
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec!["api-key-1".into()],
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let response = served
+        .http
+        .get(served.url("/v1/events"))
+        .bearer_auth("api-key-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    error_of(&read(response).await.1, "admin_disabled");
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_a_413() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            body_limit: 1024,
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let big = json!({"orderId": "88231", "reason": "x".repeat(4096)});
+    let (status, body) = served.post("/v1/skills/processRefund/invoke", big).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    error_of(&body, "body_too_large");
+    // Under the limit is fine.
+    let (status, _) = served
+        .post(
+            "/v1/skills/inquireOrderStatus/invoke",
+            json!({"orderId": "88231"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+/// The value of the metric line starting with `series`, 0 when absent.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_move_after_traffic() {
+    let llm = ScriptedLlm::start(vec![Step::text("Hello!").usage(7, 3)]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        ..Setup::default()
+    })
+    .await;
+    let scrape = || async {
+        let response = served
+            .http
+            .get(served.url("/metrics"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/openmetrics-text")
+        );
+        response.text().await.unwrap()
+    };
+    let before = scrape().await;
+    let invocations = r#"skillhost_invocations_total{skill="inquireOrderStatus",outcome="done"}"#;
+    assert_eq!(metric(&before, invocations), 0.0);
+    assert_eq!(metric(&before, "skillhost_skills_loaded"), 2.0);
+
+    served
+        .post(
+            "/v1/skills/inquireOrderStatus/invoke",
+            json!({"orderId": "88231"}),
+        )
+        .await;
+    served.post("/v1/skills/nope/invoke", json!({})).await;
+    served
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+
+    let after = scrape().await;
+    assert_eq!(metric(&after, invocations), 1.0);
+    assert_eq!(
+        metric(
+            &after,
+            r#"skillhost_invocation_duration_seconds_count{skill="inquireOrderStatus"}"#
+        ),
+        1.0
+    );
+    assert!(
+        metric(
+            &after,
+            r#"skillhost_tool_calls_total{tool="queryOrder",outcome="done"}"#
+        ) >= 1.0
+    );
+    assert_eq!(
+        metric(&after, r#"skillhost_llm_tokens_total{type="prompt"}"#),
+        7.0
+    );
+    assert_eq!(
+        metric(&after, r#"skillhost_llm_tokens_total{type="completion"}"#),
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &after,
+            r#"skillhost_http_requests_total{route="/v1/skills/{name}/invoke",method="POST",status="404"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &after,
+            r#"skillhost_http_errors_total{code="skill_not_found"}"#
+        ),
+        1.0
+    );
+    assert!(
+        metric(
+            &after,
+            r#"skillhost_http_request_duration_seconds_count{route="/v1/chat/completions"}"#
+        ) >= 1.0
+    );
+}
+
+#[tokio::test]
+async fn skill_failures_are_a_422_and_slow_requests_a_504() {
+    let llm = ScriptedLlm::start(vec![Step::text("late").delay(Duration::from_secs(5))]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        config: GatewayConfig {
+            request_timeout: Duration::from_millis(300),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    std::fs::copy(fixture("panicker"), served.dir.path().join("panicker.wasm")).unwrap();
+    wait_for(&served, "/v1/skills/panicker", |skill| {
+        skill["name"] == "panicker"
+    })
+    .await;
+    let (status, body) = served.post("/v1/skills/panicker/invoke", json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body:#}");
+    assert_eq!(error_of(&body, "skill_failed")["type"], "skill_error");
+
+    let (status, body) = served
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    error_of(&body, "request_timeout");
+}
+
+#[tokio::test]
+async fn shutdown_lets_in_flight_requests_finish() {
+    let llm = ScriptedLlm::start(vec![
+        Step::text("finished").delay(Duration::from_millis(500)),
+    ])
+    .await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        ..Setup::default()
+    })
+    .await;
+    let request = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .send();
+    let in_flight = tokio::spawn(request);
+    // Let the request reach the model, then shut down while it waits.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while llm.requests().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the request never reached the model"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let url = served.url("/healthz");
+    served.shut_down().await;
+    let (status, body) = read(in_flight.await.unwrap().unwrap()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["choices"][0]["message"]["content"], "finished");
+    // Nothing is accepted after the shutdown.
+    assert!(reqwest::get(url).await.is_err());
+}
+
+/// A stand-in for a team's existing REST service: a customer lookup that
+/// needs a bearer token, and ticket creation that echoes what it got.
+async fn crm_service() -> String {
+    use axum::extract::Path;
+    use axum::http::HeaderMap;
+    use axum::routing::{get, post};
+
+    async fn customer(
+        headers: HeaderMap,
+        Path(id): Path<String>,
+    ) -> (StatusCode, axum::Json<Value>) {
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer s3cret") {
+            return (
+                StatusCode::UNAUTHORIZED,
+                axum::Json(json!({"error": "bad token"})),
+            );
+        }
+        match id.as_str() {
+            "u1001" => (
+                StatusCode::OK,
+                axum::Json(json!({"id": "u1001", "name": "Li Lei", "level": "gold"})),
+            ),
+            other => (
+                StatusCode::NOT_FOUND,
+                axum::Json(json!({"error": format!("no customer {other}")})),
+            ),
+        }
+    }
+    async fn ticket(
+        Path(id): Path<String>,
+        axum::Json(body): axum::Json<Value>,
+    ) -> axum::Json<Value> {
+        axum::Json(json!({"ticket": "TK1", "customerId": id, "received": body}))
+    }
+    let app = axum::Router::new()
+        .route("/api/customers/{id}", get(customer))
+        .route("/api/customers/{id}/tickets", post(ticket));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    base
+}
+
+/// The CRM's two endpoints as HTTP tools, declared as in a config file;
+/// the token comes from a (test) environment.
+fn crm_tools(base: &str, token: Option<&str>) -> Vec<Arc<dyn Tool>> {
+    let declarations = json!([
+        {
+            "name": "lookupCustomer",
+            "description": "Look up a customer by id.",
+            "access": "read",
+            "url": format!("{base}/api/customers/{{customerId}}"),
+            "headers": {"Authorization": "Bearer ${CRM_TOKEN}"},
+            "parameters": {"type": "object", "required": ["customerId"],
+                           "properties": {"customerId": {"type": "string"}}},
+        },
+        {
+            "name": "createTicket",
+            "description": "Open a support ticket.",
+            "access": "write",
+            "method": "POST",
+            "url": format!("{base}/api/customers/{{customerId}}/tickets"),
+            "parameters": {"type": "object", "required": ["customerId", "subject"],
+                           "properties": {"customerId": {"type": "string"},
+                                          "subject": {"type": "string"}}},
+        },
+    ]);
+    let token = token.map(str::to_owned);
+    serde_json::from_value::<Vec<HttpToolConfig>>(declarations)
+        .unwrap()
+        .into_iter()
+        .map(|config| {
+            let token = token.clone();
+            let tool = HttpTool::new(config, move |name| {
+                (name == "CRM_TOKEN").then(|| token.clone()).flatten()
+            })
+            .expect("a valid HTTP tool");
+            Arc::new(tool) as Arc<dyn Tool>
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
+    let crm = crm_service().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("lookupCustomer", json!({"customerId": "u1001"})),
+        Step::tool_call(
+            "createTicket",
+            json!({"customerId": "u1001", "subject": "vacuum broken"}),
+        ),
+        Step::text("Ticket TK1 is open for Li Lei."),
+    ])
+    .await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: crm_tools(&crm, Some("s3cret")),
+        ..Setup::default()
+    })
+    .await;
+    let (status, pending) = served
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "open a ticket for u1001"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{pending:#}");
+    // The read ran at once, with the secret header; its answer reached the model.
+    let lookup = llm.requests()[1].messages().last().unwrap()["content"].clone();
+    assert!(lookup.as_str().unwrap().contains("Li Lei"), "{lookup}");
+    // The write waits for approval like any write tool.
+    let confirmation = &pending["skillhost"]["confirmation"];
+    assert_eq!(confirmation["tool"], "createTicket");
+    let path = confirmation["answer"]["path"].as_str().unwrap();
+    let (status, done) = served.post(path, json!({"decision": "approve"})).await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(
+        done["choices"][0]["message"]["content"],
+        "Ticket TK1 is open for Li Lei."
+    );
+    let created: Value = serde_json::from_str(
+        llm.requests()[2].messages().last().unwrap()["content"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        created,
+        json!({"ticket": "TK1", "customerId": "u1001", "received": {"subject": "vacuum broken"}})
+    );
+
+    // Errors of the service are the tool's errors: a 4xx is a rejection the
+    // model can relay; a wrong secret is refused by the service.
+    let tools = crm_tools(&crm, Some("wrong"));
+    let error = tools[0]
+        .invoke(json!({"customerId": "u1001"}))
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("401"), "{error}");
+    let tools = crm_tools(&crm, Some("s3cret"));
+    let error = tools[0]
+        .invoke(json!({"customerId": "u404"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, skillhost::tools::ToolError::Rejected(message) if message.contains("no customer u404")),
+        "{error}"
+    );
+}

@@ -1,0 +1,493 @@
+//! Hot reload on real files: a temporary skills directory, the real watcher,
+//! real signatures. The `versioned` fixtures are one skill at 1.0.0 and
+//! 2.0.0 whose `run` answers with its own version.
+//!
+//! Every wait is for an event, with a generous timeout; nothing depends on
+//! how fast a reload is.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
+use skillhost::skills::pack::{DeclarativeSkill, Format};
+use skillhost::skills::signature::SignaturePolicy;
+use skillhost::skills::{
+    FailureKind, ReloadEvent, ReloadOutcome, SkillName, SkillRegistry, SkillVersion, WatchHandle,
+    watch,
+};
+
+use skillhost::tools::ToolRegistry;
+
+use crate::support::fixtures::{DemoHost, fixture};
+use crate::support::signing::{demo_policy, signed, unsigned};
+
+/// How long any one reload may take before a test gives up: compiling is
+/// slow on a loaded machine, and a test checks behaviour, not speed.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+fn v1() -> Vec<u8> {
+    std::fs::read(fixture("versioned-1")).unwrap()
+}
+
+fn v2() -> Vec<u8> {
+    std::fs::read(fixture("versioned-2")).unwrap()
+}
+
+/// A watched skills directory and the registry it feeds.
+struct Watched {
+    dir: tempfile::TempDir,
+    host: DemoHost,
+    registry: Arc<SkillRegistry>,
+    events: broadcast::Receiver<ReloadEvent>,
+    _watch: WatchHandle,
+}
+
+impl Watched {
+    /// Writes `files` into a fresh directory, loads it under `policy` and
+    /// starts watching it.
+    async fn start(files: &[(&str, &[u8])], policy: SignaturePolicy) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in files {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        }
+        let host = DemoHost::new();
+        let registry =
+            SkillRegistry::load_dir(host.runtime.clone(), host.tools.clone(), policy, dir.path())
+                .await
+                .unwrap();
+        let registry = Arc::new(registry);
+        // Subscribed before watching: no event can be missed.
+        let events = registry.subscribe();
+        let watch = watch(registry.clone(), dir.path()).unwrap();
+        Self {
+            dir,
+            host,
+            registry,
+            events,
+            _watch: watch,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Deploys `bytes` as `name` the way editors and `mv` deployments do:
+    /// written in full under a temporary name, then renamed over the file.
+    fn rename_over(&self, name: &str, bytes: &[u8]) {
+        let temporary = self.path(&format!(".{name}.tmp"));
+        std::fs::write(&temporary, bytes).unwrap();
+        std::fs::rename(&temporary, self.path(name)).unwrap();
+    }
+
+    /// The next event about `path`; events about other files are skipped.
+    async fn event_for(&mut self, path: &Path) -> ReloadEvent {
+        let wait = async {
+            loop {
+                let event = self.events.recv().await.expect("the event stream");
+                if event.path == path {
+                    return event;
+                }
+            }
+        };
+        tokio::time::timeout(PATIENCE, wait)
+            .await
+            .unwrap_or_else(|_| panic!("no event for {} in {PATIENCE:?}", path.display()))
+    }
+
+    /// The version `versioned` answers with now, if it is loaded.
+    async fn answer(&self) -> Option<String> {
+        let skill = self.registry.get("versioned")?;
+        Some(run_version(&skill, &self.host.tools).await)
+    }
+}
+
+/// Runs `skill` (a `versioned` fixture) and returns the version it answered.
+async fn run_version(skill: &SkillComponent, tools: &Arc<ToolRegistry>) -> String {
+    let report = skill
+        .run(&json!({}), tools.clone())
+        .await
+        .expect("a versioned run");
+    match report.outcome {
+        RunOutcome::Done(value) => value["version"].as_str().unwrap().to_owned(),
+        RunOutcome::Handover(note) => panic!("unexpected handover: {note}"),
+    }
+}
+
+/// The name, version and digest the registry reports for `bytes`.
+fn version_of(bytes: &[u8], version: &str) -> Option<SkillVersion> {
+    Some(SkillVersion {
+        name: SkillName::new("versioned").unwrap(),
+        version: version.to_owned(),
+        digest: digest_of(bytes),
+    })
+}
+
+fn assert_rejected(event: &ReloadEvent, kind: FailureKind, words: &str) {
+    match &event.outcome {
+        ReloadOutcome::Rejected {
+            kind: refused,
+            reason,
+        } => {
+            assert_eq!(*refused, kind, "{reason}");
+            assert!(reason.contains(words), "`{words}` not in: {reason}");
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_new_file_loads_and_is_announced() {
+    let mut watched = Watched::start(&[], demo_policy()).await;
+    assert_eq!(watched.answer().await, None);
+    let bytes = v1();
+    let path = watched.path("versioned.wasm");
+    std::fs::write(&path, &bytes).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, None);
+    assert_eq!(event.new, version_of(&bytes, "1.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let snapshot = watched.registry.snapshot();
+    let loaded = snapshot.get("versioned").unwrap();
+    assert_eq!(loaded.path, path);
+    assert!(loaded.signer.is_some(), "verified by the demo key");
+}
+
+#[tokio::test]
+async fn a_rename_over_replaces_the_version_and_running_calls_keep_theirs() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    // Taken before the swap: an invocation that has started.
+    let before = watched.registry.get("versioned").unwrap();
+    watched.rename_over("versioned.wasm", &v2());
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert_eq!(run_version(&before, &watched.host.tools).await, "1.0.0");
+    assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+#[tokio::test]
+async fn a_deleted_file_unloads_its_skill() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    std::fs::remove_file(&path).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unloaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, None);
+    assert_eq!(watched.answer().await, None);
+    assert!(watched.registry.snapshot().is_empty());
+}
+
+#[tokio::test]
+async fn a_file_renamed_away_unloads_its_skill() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    std::fs::rename(&path, watched.path("versioned.wasm.disabled")).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unloaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(watched.answer().await, None);
+}
+
+#[tokio::test]
+async fn a_renamed_file_moves_its_skill_without_a_gap() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let from = watched.path("versioned.wasm");
+    let to = watched.path("renamed.wasm");
+    // Looks the skill up continuously while it moves.
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn({
+        let registry = watched.registry.clone();
+        let stop = stop.clone();
+        async move {
+            let mut missing = 0;
+            while !stop.load(Ordering::Relaxed) {
+                if registry.get("versioned").is_none() {
+                    missing += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            missing
+        }
+    });
+    std::fs::rename(&from, &to).unwrap();
+    let moved_in = watched.event_for(&to).await;
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(moved_in.outcome, ReloadOutcome::Loaded);
+    assert_eq!(moved_in.new, version_of(&v1(), "1.0.0"));
+    assert_eq!(
+        watcher.await.unwrap(),
+        0,
+        "the skill was missing while it moved"
+    );
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.get("versioned").unwrap().path, to);
+    assert_eq!(snapshot.len(), 1);
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+}
+
+#[tokio::test]
+async fn a_truncated_write_keeps_the_old_version_until_the_write_completes() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let new = v2();
+    // A writer that stopped halfway (in place, as `cp` writes).
+    std::fs::write(&path, &new[..new.len() / 2]).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_rejected(&event, FailureKind::Signature, "truncated");
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, event.old, "the old version keeps serving");
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let snapshot = watched.registry.snapshot();
+    let failure = snapshot.failure_for_skill("versioned").expect("a failure");
+    assert_eq!(failure.path, path);
+    assert_eq!(failure.kind, FailureKind::Signature);
+    assert_eq!(failure.digest, Some(digest_of(&new[..new.len() / 2])));
+
+    // The write completes.
+    std::fs::write(&path, &new).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, version_of(&new, "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+#[tokio::test]
+async fn restoring_the_loaded_content_clears_the_failure() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let old = v1();
+    std::fs::write(&path, &old[..old.len() / 2]).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_rejected(&event, FailureKind::Signature, "truncated");
+    std::fs::write(&path, &old).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unchanged);
+    assert_eq!(event.new, version_of(&old, "1.0.0"));
+    assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+/// `versioned`, packed as an instruction-only skill whose manifest names a
+/// tool the host does not have, signed.
+fn signed_with_invalid_manifest() -> Vec<u8> {
+    let yaml = "name: versioned\nversion: 3.0.0\ndescription: A skill whose tool does not exist.\n\
+                tools: [noSuchTool]\nparameters: {type: object}\ninstructions: Call noSuchTool.\n";
+    let skill = DeclarativeSkill::parse(yaml, Format::Yaml, Path::new("versioned.yaml")).unwrap();
+    signed(&skill.to_component().unwrap())
+}
+
+#[tokio::test]
+async fn bad_updates_keep_the_old_version_serving_and_say_why() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let mut tampered = v2();
+    let middle = tampered.len() / 2;
+    tampered[middle] ^= 0x01;
+    let not_a_component = signed(&wat::parse_str("(module)").unwrap());
+    let bad_updates = [
+        (tampered, FailureKind::Signature, "tampered"),
+        (
+            unsigned(&fixture("versioned-2")),
+            FailureKind::Signature,
+            "unsigned",
+        ),
+        (
+            signed_with_invalid_manifest(),
+            FailureKind::Manifest,
+            "noSuchTool",
+        ),
+        (
+            not_a_component,
+            FailureKind::Compile,
+            "not a valid WebAssembly component",
+        ),
+    ];
+    for (bytes, kind, words) in bad_updates {
+        watched.rename_over("versioned.wasm", &bytes);
+        let event = watched.event_for(&path).await;
+        assert_rejected(&event, kind, words);
+        assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+        assert_eq!(event.new, event.old);
+        assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+        let snapshot = watched.registry.snapshot();
+        let failure = snapshot
+            .failure_for(&path)
+            .expect("the failure is recorded");
+        assert_eq!(failure.kind, kind);
+        assert_eq!(failure.digest, Some(digest_of(&bytes)));
+    }
+    watched.rename_over("versioned.wasm", &v2());
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+}
+
+#[tokio::test]
+async fn unsigned_skills_are_refused_by_default() {
+    let bytes = unsigned(&fixture("versioned-1"));
+    let mut watched = Watched::start(&[("versioned.wasm", &bytes)], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    assert_eq!(watched.answer().await, None);
+    let snapshot = watched.registry.snapshot();
+    let failure = snapshot.failure_for(&path).expect("refused at load");
+    assert_eq!(failure.kind, FailureKind::Signature);
+    assert!(failure.reason.contains("unsigned"), "{}", failure.reason);
+    // Nor does an unsigned update get in.
+    watched.rename_over("versioned.wasm", &unsigned(&fixture("versioned-2")));
+    let event = watched.event_for(&path).await;
+    assert_rejected(&event, FailureKind::Signature, "unsigned");
+    assert_eq!(event.new, None);
+}
+
+#[tokio::test]
+async fn unsigned_skills_load_with_allow_unsigned() {
+    let bytes = unsigned(&fixture("versioned-1"));
+    let mut watched = Watched::start(
+        &[("versioned.wasm", &bytes)],
+        SignaturePolicy::AllowUnsigned,
+    )
+    .await;
+    let path = watched.path("versioned.wasm");
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    assert_eq!(
+        watched.registry.snapshot().get("versioned").unwrap().signer,
+        None
+    );
+    let update = unsigned(&fixture("versioned-2"));
+    watched.rename_over("versioned.wasm", &update);
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.new, version_of(&update, "2.0.0"));
+}
+
+#[tokio::test]
+async fn two_files_with_one_skill_name_the_first_holds_it_until_it_goes() {
+    let mut watched = Watched::start(&[("a.wasm", &v1()), ("b.wasm", &v2())], demo_policy()).await;
+    let (a, b) = (watched.path("a.wasm"), watched.path("b.wasm"));
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let snapshot = watched.registry.snapshot();
+    let failure = snapshot.failure_for(&b).expect("b is refused");
+    assert_eq!(failure.kind, FailureKind::NameTaken);
+    assert!(failure.reason.contains("a.wasm"), "{}", failure.reason);
+
+    // A third file with the name is refused as it arrives.
+    let c = watched.path("c.wasm");
+    std::fs::write(&c, v1()).unwrap();
+    let event = watched.event_for(&c).await;
+    assert_rejected(&event, FailureKind::NameTaken, "already taken");
+    assert_eq!(event.new, None);
+
+    // Once a.wasm is gone, a waiting file takes the name over.
+    std::fs::remove_file(&c).unwrap();
+    assert_eq!(watched.event_for(&c).await.outcome, ReloadOutcome::Unloaded);
+    std::fs::remove_file(&a).unwrap();
+    assert_eq!(watched.event_for(&a).await.outcome, ReloadOutcome::Unloaded);
+    let event = watched.event_for(&b).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert!(watched.registry.snapshot().failure_for(&b).is_none());
+}
+
+/// Several tasks invoke `versioned` in a loop while the file is replaced
+/// 100 times; no invocation fails, and each answers with the version of the
+/// component that ran it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invocations_never_fail_while_a_skill_is_replaced_100_times() {
+    const SWAPS: usize = 100;
+    const INVOKERS: usize = 4;
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut invokers = Vec::new();
+    for _ in 0..INVOKERS {
+        let registry = watched.registry.clone();
+        let tools = watched.host.tools.clone();
+        let stop = stop.clone();
+        invokers.push(tokio::spawn(async move {
+            let (mut runs, mut seen) = (0usize, [false; 2]);
+            while !stop.load(Ordering::Relaxed) {
+                let skill = registry
+                    .get("versioned")
+                    .expect("versioned is always loaded");
+                let expected = skill.manifest().version.to_string();
+                let answered = run_version(&skill, &tools).await;
+                assert_eq!(
+                    answered, expected,
+                    "the answer comes from the version that ran"
+                );
+                match answered.as_str() {
+                    "1.0.0" => seen[0] = true,
+                    "2.0.0" => seen[1] = true,
+                    other => panic!("unexpected version {other}"),
+                }
+                runs += 1;
+            }
+            (runs, seen)
+        }));
+    }
+    let versions = [(v1(), "1.0.0"), (v2(), "2.0.0")];
+    for swap in 1..=SWAPS {
+        let (old, new) = (&versions[(swap - 1) % 2], &versions[swap % 2]);
+        watched.rename_over("versioned.wasm", &new.0);
+        let event = watched.event_for(&path).await;
+        assert_eq!(event.outcome, ReloadOutcome::Loaded, "swap {swap}");
+        assert_eq!(event.old, version_of(&old.0, old.1), "swap {swap}");
+        assert_eq!(event.new, version_of(&new.0, new.1), "swap {swap}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    let mut seen = [false; 2];
+    for invoker in invokers {
+        // A failed invocation panics its task, which fails the join.
+        let (runs, saw) = invoker.await.expect("an invoker failed");
+        total += runs;
+        seen = [seen[0] || saw[0], seen[1] || saw[1]];
+    }
+    assert!(total >= SWAPS, "only {total} invocations ran");
+    assert_eq!(seen, [true, true], "both versions answered");
+}
+
+#[tokio::test]
+async fn a_warm_start_loads_every_skill_from_the_compilation_cache() {
+    let skills = tempfile::tempdir().unwrap();
+    std::fs::write(skills.path().join("versioned.wasm"), v1()).unwrap();
+    std::fs::copy(fixture("noop"), skills.path().join("noop.wasm")).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let host = DemoHost::new();
+    let start = || async {
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_instances: 8,
+            cache_dir: Some(cache.path().to_owned()),
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let registry =
+            SkillRegistry::load_dir(runtime, host.tools.clone(), demo_policy(), skills.path())
+                .await
+                .unwrap();
+        assert_eq!(registry.snapshot().len(), 2);
+        registry.runtime().cache_stats().expect("a cache")
+    };
+    let cold = start().await;
+    assert_eq!((cold.hits, cold.misses), (0, 2), "a cold start compiles");
+    assert!(std::fs::read_dir(cache.path()).unwrap().next().is_some());
+    let warm = start().await;
+    assert_eq!(
+        (warm.hits, warm.misses),
+        (2, 0),
+        "a warm start compiles nothing"
+    );
+}
