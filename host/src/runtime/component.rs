@@ -5,12 +5,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use wasmtime::Store;
 use wasmtime::component::Component;
 
 use super::Runtime;
 use super::bindings::{Skill, SkillPre, skillhost::skill::types};
-use super::host::{HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, arm_time_limit};
+use super::host::{HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, sandboxed_store};
 use super::limits::Limits;
 use crate::skills::{Manifest, ManifestError, SkillName};
 use crate::tools::ToolRegistry;
@@ -158,8 +157,7 @@ impl SkillComponent {
             dispatch,
             limits,
         );
-        let mut store = Store::new(self.inner.runtime.engine(), state);
-        arm_time_limit(&mut store);
+        let mut store = sandboxed_store(self.inner.runtime.engine(), state);
         let result = async {
             let instance = self.inner.pre.instantiate_async(&mut store).await?;
             instance.call_run(&mut store, &input.to_string()).await
@@ -213,8 +211,7 @@ async fn describe(
         Arc::new(ToolRegistry::new()),
         limits,
     );
-    let mut store = Store::new(runtime.engine(), state);
-    arm_time_limit(&mut store);
+    let mut store = sandboxed_store(runtime.engine(), state);
     let result: wasmtime::Result<_> = async {
         let instance: Skill = pre.instantiate_async(&mut store).await?;
         let manifest = instance.call_manifest(&mut store).await?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
-use wasmtime::{ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
@@ -386,11 +386,13 @@ impl ResourceLimiter for HostState {
     }
 }
 
-/// Arms the execution-time limit: the epoch callback runs every tick and
-/// ends the invocation once guest time (wall time minus time in tools)
-/// exceeds the limit. Otherwise it yields to the async executor so a busy
+/// A fresh store for one invocation, with its limits armed: the memory
+/// limiter, and the execution-time limit — the epoch callback runs every tick
+/// and ends the invocation once guest time (wall time minus time in tools)
+/// exceeds the limit; otherwise it yields to the async executor so a busy
 /// guest never starves other tasks on its thread.
-pub(super) fn arm_time_limit(store: &mut Store<HostState>) {
+pub(super) fn sandboxed_store(engine: &Engine, state: HostState) -> Store<HostState> {
+    let mut store = Store::new(engine, state);
     store.limiter(|state| state);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut store| {
@@ -407,4 +409,5 @@ pub(super) fn arm_time_limit(store: &mut Store<HostState>) {
         }
         Ok(UpdateDeadline::Yield(1))
     });
+    store
 }
