@@ -2,7 +2,7 @@
 //!
 //! A skill is a WebAssembly component implementing the `skillhost:skill@0.1.0`
 //! world (`wit/skill@0.1.0/skill.wit`). With this crate a skill is one function
-//! that describes it, plus optional deterministic steps:
+//! that describes it, plus an optional function with deterministic steps:
 //!
 //! ```ignore
 //! use serde::Deserialize;
@@ -18,7 +18,6 @@
 //!         }))
 //!         .tools(["queryOrder"])
 //!         .instructions(include_str!("../instructions.md"))
-//!         .steps(run)
 //! }
 //!
 //! #[derive(Deserialize)]
@@ -33,7 +32,7 @@
 //!     Ok(Outcome::done(json!({ "order": order })))
 //! }
 //!
-//! skillhost_skill_sdk::export_skill!(skill);
+//! skillhost_skill_sdk::export_skill!(skill, steps: run);
 //! ```
 //!
 //! The crate is a `cdylib` built for `wasm32-unknown-unknown` (or
@@ -45,6 +44,7 @@
 // that the code `export_skill!` expands in a skill crate resolves too.
 extern crate self as skillhost_skill_sdk;
 
+mod heap;
 mod skill;
 mod tool;
 
@@ -69,20 +69,37 @@ pub mod bindings {
     });
 }
 
-/// Exports a skill: `export_skill!(skill)` where `skill` is a function
-/// returning the [`Skill`] that describes it.
+/// Exports a skill: `export_skill!(skill)` for an instructions-only skill,
+/// `export_skill!(skill, steps: run)` for one with deterministic steps.
 ///
-/// It implements the world's `manifest`, `instructions` and `run` exports.
-/// The manifest's version defaults to the skill crate's `CARGO_PKG_VERSION`.
-/// Use it once per crate, at the top level.
+/// `skill` is a function returning the [`Skill`] that describes it; `run` is
+/// `fn(Input) -> Result<Outcome, String>` for any `Input: Deserialize`. It
+/// receives the input the caller sent (already validated against the
+/// parameters by the host). An `Err` is a failure reported to the caller; to
+/// let the LLM-driven path finish the job return [`Outcome::handover`].
+///
+/// It implements the world's `manifest`, `instructions` and `run` exports;
+/// `run` calls only the steps, so describing the skill costs nothing per
+/// invocation. The manifest's version defaults to the skill crate's
+/// `CARGO_PKG_VERSION`. Use it once per crate, at the top level.
 #[macro_export]
 macro_rules! export_skill {
     ($skill:path) => {
+        $crate::export_skill!(@exports $skill, false, |_input: &str| {
+            $crate::__private::no_steps()
+        });
+    };
+    ($skill:path, steps: $run:path) => {
+        $crate::export_skill!(@exports $skill, true, |input: &str| {
+            $crate::__private::run_steps($run, input)
+        });
+    };
+    (@exports $skill:path, $has_steps:literal, $steps:expr) => {
         struct __SkillhostExports;
 
         impl $crate::bindings::Guest for __SkillhostExports {
             fn manifest() -> $crate::bindings::skillhost::skill::types::Manifest {
-                $crate::__private::manifest($skill(), env!("CARGO_PKG_VERSION"))
+                $crate::__private::manifest($skill(), env!("CARGO_PKG_VERSION"), $has_steps)
             }
 
             fn instructions() -> ::std::string::String {
@@ -95,7 +112,7 @@ macro_rules! export_skill {
                 $crate::bindings::skillhost::skill::types::RunOutcome,
                 ::std::string::String,
             > {
-                $crate::__private::run($skill(), &input)
+                $crate::__private::run($steps, &input)
             }
         }
 
@@ -108,14 +125,20 @@ macro_rules! export_skill {
 pub mod __private {
     pub use wit_bindgen;
 
+    use serde::de::DeserializeOwned;
+
     use crate::bindings::skillhost::skill::types;
     use crate::log::{self, Level};
     use crate::{Outcome, Skill};
 
     /// The `manifest` export.
-    pub fn manifest(skill: Skill, crate_version: &'static str) -> types::Manifest {
+    pub fn manifest(
+        skill: Skill,
+        crate_version: &'static str,
+        has_steps: bool,
+    ) -> types::Manifest {
         install_panic_hook();
-        skill.into_manifest(crate_version)
+        skill.into_manifest(crate_version, has_steps)
     }
 
     /// The `instructions` export.
@@ -125,12 +148,30 @@ pub mod __private {
     }
 
     /// The `run` export.
-    pub fn run(skill: Skill, input: &str) -> Result<types::RunOutcome, String> {
+    pub fn run(
+        steps: impl FnOnce(&str) -> Result<Outcome, String>,
+        input: &str,
+    ) -> Result<types::RunOutcome, String> {
         install_panic_hook();
-        Ok(match skill.run_steps(input)? {
+        Ok(match steps(input)? {
             Outcome::Done(result) => types::RunOutcome::Done(result),
             Outcome::Handover(note) => types::RunOutcome::Handover(note),
         })
+    }
+
+    /// Deserializes `input` and runs the skill's steps on it.
+    pub fn run_steps<I: DeserializeOwned>(
+        run: fn(I) -> Result<Outcome, String>,
+        input: &str,
+    ) -> Result<Outcome, String> {
+        let input = serde_json::from_str(input).map_err(|e| format!("invalid input: {e}"))?;
+        run(input)
+    }
+
+    /// `run` of a skill without steps: its manifest says has-steps = false,
+    /// so the host never calls it; answer anyway rather than trap.
+    pub fn no_steps() -> Result<Outcome, String> {
+        Ok(Outcome::handover("this skill has no deterministic steps"))
     }
 
     /// A panic aborts the instance (the host sees a trap); the hook sends the

@@ -1,19 +1,17 @@
 //! The description of a skill: the data behind the `manifest` and
-//! `instructions` exports, and the optional steps behind `run`.
+//! `instructions` exports.
 
-use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::bindings::skillhost::skill::types;
 
-/// Deterministic steps, type-erased: JSON input text in, outcome out.
-type Steps = Box<dyn Fn(&str) -> Result<Outcome, String>>;
-
-/// Everything a skill declares, built once by the function passed to
-/// [`export_skill!`](crate::export_skill).
+/// Everything a skill declares, built by the function passed to
+/// [`export_skill!`](crate::export_skill) when the host reads the manifest or
+/// the instructions (never on `run`, which stays cheap).
 ///
-/// `has-steps` is not set by hand: it is true exactly when [`Skill::steps`]
-/// was called.
+/// `has-steps` is not set by hand: it is true exactly when steps are given to
+/// [`export_skill!`](crate::export_skill).
 pub struct Skill {
     name: &'static str,
     version: Option<&'static str>,
@@ -22,7 +20,6 @@ pub struct Skill {
     tools: Vec<&'static str>,
     unlocks: Vec<&'static str>,
     instructions: &'static str,
-    steps: Option<Steps>,
     test_cases: Vec<TestCase>,
 }
 
@@ -32,7 +29,7 @@ impl Skill {
     /// letter; the host refuses other names).
     ///
     /// Defaults: version = the skill crate's version, no tools, no unlocks, no
-    /// steps, no test cases, and parameters `{"type": "object", "properties":
+    /// test cases, and parameters `{"type": "object", "properties":
     /// {}, "additionalProperties": false}` (takes no input).
     pub fn new(name: &'static str) -> Self {
         Skill {
@@ -43,7 +40,6 @@ impl Skill {
             tools: Vec::new(),
             unlocks: Vec::new(),
             instructions: "",
-            steps: None,
             test_cases: Vec::new(),
         }
     }
@@ -88,30 +84,17 @@ impl Skill {
         self
     }
 
-    /// Deterministic steps. `run` receives the input deserialized from the
-    /// JSON the caller sent (already validated against
-    /// [`parameters`](Skill::parameters) by the host). An `Err` is a failure
-    /// reported to the caller; to let the LLM-driven path finish the job
-    /// return [`Outcome::handover`].
-    pub fn steps<I, F>(mut self, run: F) -> Self
-    where
-        I: DeserializeOwned,
-        F: Fn(I) -> Result<Outcome, String> + 'static,
-    {
-        self.steps = Some(Box::new(move |input: &str| {
-            let input = serde_json::from_str(input).map_err(|e| format!("invalid input: {e}"))?;
-            run(input)
-        }));
-        self
-    }
-
     /// Adds a regression case that `skillhost test` runs.
     pub fn test_case(mut self, case: TestCase) -> Self {
         self.test_cases.push(case);
         self
     }
 
-    pub(crate) fn into_manifest(self, crate_version: &'static str) -> types::Manifest {
+    pub(crate) fn into_manifest(
+        self,
+        crate_version: &'static str,
+        has_steps: bool,
+    ) -> types::Manifest {
         let strings = |names: Vec<&'static str>| names.into_iter().map(String::from).collect();
         types::Manifest {
             name: self.name.to_owned(),
@@ -120,7 +103,7 @@ impl Skill {
             parameters: self.parameters.to_string(),
             tools: strings(self.tools),
             unlocks: strings(self.unlocks),
-            has_steps: self.steps.is_some(),
+            has_steps,
             test_cases: self
                 .test_cases
                 .into_iter()
@@ -133,14 +116,6 @@ impl Skill {
         self.instructions
     }
 
-    pub(crate) fn run_steps(&self, input: &str) -> Result<Outcome, String> {
-        match &self.steps {
-            Some(steps) => steps(input),
-            // The manifest says has-steps = false, so the host never calls
-            // `run`; answer anyway rather than trap.
-            None => Ok(Outcome::handover("this skill has no deterministic steps")),
-        }
-    }
 }
 
 /// How deterministic steps ended.
@@ -155,9 +130,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Finishes with `result` as the skill's final result.
-    pub fn done(result: Value) -> Self {
-        Outcome::Done(result.to_string())
+    /// Finishes with `result` as the skill's final result: a JSON value
+    /// (e.g. built with [`json!`](crate::json)) or any `Serialize` type.
+    ///
+    /// # Panics
+    ///
+    /// When `result` cannot be represented as JSON (a map with non-string
+    /// keys): a bug in the skill, reported to the host as a trap with this
+    /// message.
+    pub fn done(result: impl Serialize) -> Self {
+        match serde_json::to_string(&result) {
+            Ok(json) => Outcome::Done(json),
+            Err(e) => panic!("the skill's result is not representable as JSON: {e}"),
+        }
     }
 
     /// Hands the rest of the job to the LLM-driven path, with a note for it.
@@ -201,7 +186,7 @@ impl TestCase {
     fn into_wit(self) -> types::TestCase {
         types::TestCase {
             name: self.name.to_owned(),
-            input: self.input.to_string(),
+            input: serde_json::to_string(&self.input).expect("a JSON value always serializes"),
             expect_tools: self.expect_tools.into_iter().map(String::from).collect(),
             expect_contains: self.expect_contains.into_iter().map(String::from).collect(),
         }

@@ -23,7 +23,6 @@ fn skill() -> Skill {
         }))
         .tools(["queryOrder", "queryLogistics"])
         .instructions(include_str!("../instructions.md"))
-        .steps(run)
         .test_case(
             TestCase::new("a shipped order with tracking", json!({ "orderId": "88231" }))
                 .expect_tools(["queryOrder", "queryLogistics"])
@@ -101,4 +100,4 @@ fn run(input: Input) -> Result<Outcome, String> {
     })))
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

@@ -10,7 +10,6 @@ fn skill() -> Skill {
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({ "type": "object" }))
         .tools(["queryOrder"])
-        .steps(run)
 }
 
 fn run(_: Value) -> Result<Outcome, String> {
@@ -20,4 +19,4 @@ fn run(_: Value) -> Result<Outcome, String> {
     }
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

@@ -8,11 +8,10 @@ fn skill() -> Skill {
         .description("Test guest: returns {} at once.")
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({ "type": "object" }))
-        .steps(run)
 }
 
 fn run(_: Value) -> Result<Outcome, String> {
     Ok(Outcome::Done("{}".to_owned()))
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

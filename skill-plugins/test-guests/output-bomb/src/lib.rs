@@ -16,7 +16,6 @@ fn skill() -> Skill {
             "properties": { "bytes": { "type": "integer", "minimum": 2 } },
             "additionalProperties": false,
         }))
-        .steps(run)
 }
 
 #[derive(Deserialize)]
@@ -40,4 +39,4 @@ fn run(input: Input) -> Result<Outcome, String> {
     Ok(Outcome::Done(text))
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

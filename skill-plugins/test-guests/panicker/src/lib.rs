@@ -8,11 +8,10 @@ fn skill() -> Skill {
         .description("Test guest: its steps panic.")
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({ "type": "object" }))
-        .steps(run)
 }
 
 fn run(_: Value) -> Result<Outcome, String> {
     panic!("panicker: deliberate panic in run")
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

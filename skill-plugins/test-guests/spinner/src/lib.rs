@@ -8,7 +8,6 @@ fn skill() -> Skill {
         .description("Test guest: its steps loop forever.")
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({ "type": "object" }))
-        .steps(run)
 }
 
 fn run(_: Value) -> Result<Outcome, String> {
@@ -19,4 +18,4 @@ fn run(_: Value) -> Result<Outcome, String> {
     }
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);

@@ -17,7 +17,6 @@ fn skill() -> Skill {
         .description("Test guest: reports which WASI capabilities it was granted.")
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({ "type": "object" }))
-        .steps(run)
 }
 
 /// Tries to open a TCP connection to 127.0.0.1:80 and says how far it got.
@@ -55,4 +54,4 @@ fn run(_: Value) -> Result<Outcome, String> {
     })))
 }
 
-skillhost_skill_sdk::export_skill!(skill);
+skillhost_skill_sdk::export_skill!(skill, steps: run);
