@@ -5,16 +5,24 @@
 //!   returns the new component, which is then run and must answer with its
 //!   version), over 50 swaps of the small `versioned` test guest through the
 //!   real watcher. Cases: new content on every swap (each one verified and
-//!   compiled: a deployment), without and with the compilation cache, and
-//!   two contents alternating with the cache on (each one compiled once: a
-//!   rollback). Beside them, the floor measured in the same run:
-//!   `SkillComponent::load` alone (compile, link, read the manifest) of the
-//!   same bytes.
+//!   compiled: a deployment) with no cache at all (every function compiled,
+//!   as for a skill whose code is all new), with the in-memory function
+//!   cache (the default: only functions not compiled before are), and with
+//!   the function and module caches; then two contents alternating with the
+//!   module cache (each one compiled once: a rollback). Beside them, the
+//!   floor measured in the same run: `SkillComponent::load` alone (compile,
+//!   link, read the manifest) of the same bytes, with no cache.
+//!   Each new content differs from the last in a custom section, so its code
+//!   is unchanged: a real new version also changes a few functions, which
+//!   the function cache then compiles (tens of microseconds to milliseconds
+//!   each).
 //! - **Startup with 100 skills**: `SkillRegistry::load_dir` over 100 signed
-//!   components with distinct names, with no cache, with an empty cache
-//!   (cold: compile and fill it) and with the filled cache (warm). Two sets:
-//!   100 packed declarative skills (instruction-only, tiny) and 100 copies of
-//!   `processRefund` (a real Rust guest) each renamed in place.
+//!   components with distinct names, with no cache at all, with an empty
+//!   module cache (cold: compile and fill it) and with the filled one
+//!   (warm). Two sets: 100 packed declarative skills (instruction-only, tiny)
+//!   and 100 copies of `processRefund` (a real Rust guest) each renamed in
+//!   place. The function cache is on in the cold and warm columns; since
+//!   the copies share their code, a cold start compiles it once.
 //!
 //! Run: `cargo bench --bench reload` (about a minute; `BENCH_SWAPS` and
 //! `BENCH_SKILLS` change the counts).
@@ -76,13 +84,32 @@ impl Demo {
         self.key.sign(bytes).expect("signing")
     }
 
-    fn runtime(&self, cache_dir: Option<&Path>) -> Runtime {
+    fn runtime(&self, caches: Caches) -> Runtime {
+        let defaults = RuntimeConfig::default();
+        let (cache_dir, function_cache_bytes) = match caches {
+            Caches::None => (None, 0),
+            Caches::Functions => (None, defaults.function_cache_bytes),
+            Caches::FunctionsAndModules(dir) => {
+                (Some(dir.to_owned()), defaults.function_cache_bytes)
+            }
+        };
         Runtime::new(RuntimeConfig {
-            cache_dir: cache_dir.map(Path::to_owned),
-            ..RuntimeConfig::default()
+            cache_dir,
+            function_cache_bytes,
+            ..defaults
         })
         .expect("runtime")
     }
+}
+
+/// Which compilation caches a runtime has.
+#[derive(Clone, Copy)]
+enum Caches<'a> {
+    None,
+    /// The in-memory function cache (the default).
+    Functions,
+    /// Both, the module cache in this directory.
+    FunctionsAndModules(&'a Path),
 }
 
 /// `wasm` with a custom section `name` holding `payload` appended.
@@ -140,12 +167,12 @@ fn answer(value: &Value) -> &str {
 
 /// Swaps `contents[1..]` (signed `versioned` components) into a watched
 /// directory one after the other and measures each reload.
-async fn reload_latency(demo: &Demo, contents: &[Vec<u8>], cache: Option<&Path>) -> Vec<Duration> {
+async fn reload_latency(demo: &Demo, contents: &[Vec<u8>], caches: Caches<'_>) -> Vec<Duration> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("versioned.wasm");
     std::fs::write(&path, &contents[0]).expect("writing");
     let registry = SkillRegistry::load_dir(
-        demo.runtime(cache),
+        demo.runtime(caches),
         demo.tools.clone(),
         demo.policy.clone(),
         dir.path(),
@@ -188,7 +215,7 @@ async fn reload_latency(demo: &Demo, contents: &[Vec<u8>], cache: Option<&Path>)
 /// `SkillComponent::load` (compile, link, read the manifest) of each of
 /// `contents` on a runtime without a cache: the floor of a reload.
 async fn load_alone(demo: &Demo, contents: &[Vec<u8>]) -> Vec<Duration> {
-    let runtime = demo.runtime(None);
+    let runtime = demo.runtime(Caches::None);
     let mut times = Vec::new();
     for content in contents {
         let started = Instant::now();
@@ -203,8 +230,8 @@ async fn load_alone(demo: &Demo, contents: &[Vec<u8>]) -> Vec<Duration> {
 
 /// The time `load_dir` takes over `dir` on a fresh runtime; checks that
 /// all `expected` skills loaded.
-async fn startup(demo: &Demo, dir: &Path, cache: Option<&Path>, expected: usize) -> Duration {
-    let runtime = demo.runtime(cache);
+async fn startup(demo: &Demo, dir: &Path, caches: Caches<'_>, expected: usize) -> Duration {
+    let runtime = demo.runtime(caches);
     let started = Instant::now();
     let registry = SkillRegistry::load_dir(runtime, demo.tools.clone(), demo.policy.clone(), dir)
         .await
@@ -235,12 +262,13 @@ async fn startup_row(demo: &Demo, label: String, files: Vec<Vec<u8>>) -> Startup
     for (i, bytes) in files.into_iter().enumerate() {
         std::fs::write(dir.path().join(format!("skill-{i:03}.wasm")), bytes).expect("writing");
     }
-    let uncached = startup(demo, dir.path(), None, n).await;
+    let uncached = startup(demo, dir.path(), Caches::None, n).await;
     let cache = tempfile::tempdir().expect("tempdir");
-    let cold = startup(demo, dir.path(), Some(cache.path()), n).await;
+    let caches = Caches::FunctionsAndModules(cache.path());
+    let cold = startup(demo, dir.path(), caches, n).await;
     let mut warm = Vec::new();
     for _ in 0..3 {
-        warm.push(startup(demo, dir.path(), Some(cache.path()), n).await);
+        warm.push(startup(demo, dir.path(), caches, n).await);
     }
     warm.sort();
     StartupRow {
@@ -274,11 +302,14 @@ fn main() {
             .collect();
         let alternating: Vec<Vec<u8>> = (0..=swaps).map(|i| versions[i % 2].clone()).collect();
         let floor = load_alone(&demo, &fresh[1..]).await;
-        let deploy = reload_latency(&demo, &fresh, None).await;
+        let uncached = reload_latency(&demo, &fresh, Caches::None).await;
+        let deploy = reload_latency(&demo, &fresh, Caches::Functions).await;
         let cache = tempfile::tempdir().expect("tempdir");
-        let deploy_cached = reload_latency(&demo, &fresh, Some(cache.path())).await;
+        let both = Caches::FunctionsAndModules(cache.path());
+        let deploy_cached = reload_latency(&demo, &fresh, both).await;
         let cache = tempfile::tempdir().expect("tempdir");
-        let rollback = reload_latency(&demo, &alternating, Some(cache.path())).await;
+        let both = Caches::FunctionsAndModules(cache.path());
+        let rollback = reload_latency(&demo, &alternating, both).await;
         println!(
             "reload latency: rename into place -> new version answering, {swaps} swaps of \
              `versioned` ({} KB), debounce {} ms",
@@ -287,10 +318,11 @@ fn main() {
         );
         println!("  {:<44} {:>9} {:>9} {:>9}", "case", "p50", "p99", "max");
         for (label, times) in [
-            ("floor: SkillComponent::load alone", &floor),
-            ("new content each swap, no cache", &deploy),
-            ("new content each swap, cache on", &deploy_cached),
-            ("two contents alternating, cache on", &rollback),
+            ("floor: SkillComponent::load alone, no cache", &floor),
+            ("new content each swap, no cache", &uncached),
+            ("new content, function cache (default)", &deploy),
+            ("new content, function + module cache", &deploy_cached),
+            ("two contents alternating, both caches", &rollback),
         ] {
             println!(
                 "  {label:<44} {:>9} {:>9} {:>9}",
@@ -332,7 +364,7 @@ fn main() {
         );
         println!(
             "  {:<36} {:>8} {:>10} {:>10} {:>10} {:>10}",
-            "skills", "size", "no cache", "cold", "warm", "cold/warm"
+            "skills", "size", "no caches", "cold", "warm", "cold/warm"
         );
         for row in &rows {
             println!(
