@@ -53,12 +53,13 @@ fn shop_tools(db: Arc<DemoDb>) -> Vec<Arc<dyn Tool>> {
         .collect()
 }
 
-async fn shop() -> Shop {
+/// The article's shop: its tools (but `list_devices`) and its five skills.
+pub async fn shop() -> Shop {
     Shop::new(shop_tools, &SKILLS).await
 }
 
 /// Skills through `load_skill` only.
-fn config() -> AgentConfig {
+pub fn config() -> AgentConfig {
     AgentConfig {
         disclosure: DisclosureConfig {
             skill_functions: false,

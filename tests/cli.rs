@@ -1,5 +1,6 @@
-//! The `skillhost` binary end to end: `ask` against the scripted LLM,
-//! `test` on bundled and packed skills, `run` and `skills`.
+//! The `skillhost` binary end to end: `ask` and `chat` against the
+//! scripted LLM, `test` on bundled and packed skills, `run`, `skills`,
+//! `inspect`, the `--json` outputs and the progress lines.
 //!
 //! Every command runs in a temporary working directory with its demo
 //! database there (`--db`), the bundled skills and the demo trust store
@@ -13,10 +14,12 @@ use tempfile::TempDir;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
+use skillhost::runtime::digest_of;
+use skillhost::skills::signature::PublicKey;
 use skillhost::tools::demo::DemoDb;
 
 use crate::agent_common::REFUND_REQUEST;
-use crate::support::fixtures::repo_root;
+use crate::support::fixtures::{repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// Settings the binary reads from the environment; cleared so that the
@@ -103,6 +106,20 @@ fn with_llm<'a>(command: &'a mut Command, llm: &ScriptedLlm) -> &'a mut Command 
 
 async fn output(command: &mut Command) -> Output {
     command.output().await.expect("running skillhost")
+}
+
+/// Runs `command` with `input` piped to its stdin, then closed.
+async fn output_with_stdin(command: &mut Command, input: &str) -> Output {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting skillhost");
+    let mut stdin = child.stdin.take().expect("a piped stdin");
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    child.wait_with_output().await.unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -235,16 +252,7 @@ async fn ask_asks_on_the_terminal_until_it_gets_y_or_n() {
     let work = Workdir::new();
     let llm = ScriptedLlm::start(vec![refund_call(), Step::text("Refund submitted.")]).await;
     let mut command = work.host_command(&["ask", REFUND_REQUEST], &bundled());
-    let mut child = with_llm(&mut command, &llm)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting skillhost");
-    let mut stdin = child.stdin.take().expect("a piped stdin");
-    stdin.write_all(b"maybe\ny\n").await.unwrap();
-    drop(stdin);
-    let output = child.wait_with_output().await.unwrap();
+    let output = output_with_stdin(with_llm(&mut command, &llm), "maybe\ny\n").await;
     let (_, stderr) = expect_code(&output, 0);
 
     assert!(stderr.contains("approve applyRefund? [y/n]"), "{stderr}");
@@ -589,4 +597,386 @@ async fn skills_json_lists_the_seven_bundled_skills_with_their_signer() {
         );
     }
     assert_eq!(listing["failed"], json!([]));
+}
+
+#[tokio::test]
+async fn chat_streams_answers_keeps_the_conversation_and_asks_to_confirm_writes() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("Your refund for the S10 Pro is on its way.").fragments(4),
+        Step::text("You're welcome, happy to help.").fragments(3),
+    ])
+    .await;
+    let mut command = work.host_command(&["chat"], &bundled());
+    let input = format!("{REFUND_REQUEST}\ny\nthanks!\n");
+    let output = output_with_stdin(with_llm(&mut command, &llm), &input).await;
+    let (stdout, stderr) = expect_code(&output, 0);
+
+    // Only the answers are on stdout, one a line, streamed piece by piece.
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [
+            "Your refund for the S10 Pro is on its way.",
+            "You're welcome, happy to help."
+        ]
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(
+        requests
+            .iter()
+            .all(|request| request.body["stream"] == true),
+        "every call streams"
+    );
+    // The prompt, the calls of the round as `ask` shows them, the question.
+    assert!(
+        stderr.contains(&format!("you> {REFUND_REQUEST}")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("main agent called skill processRefund("),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("skill processRefund called queryOrder({\"orderId\":\"88231\"}) -> done"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("approve applyRefund? [y/n] y"), "{stderr}");
+    assert!(stderr.contains("): approved"), "{stderr}");
+    assert!(stderr.contains("agent> "), "{stderr}");
+    assert!(stderr.contains("you> thanks!"), "{stderr}");
+    assert_eq!(work.refunds_of_88231(), 1);
+
+    // The second turn carries the first: question, skill call, answer.
+    let second: Vec<(&str, &str)> = requests[2]
+        .messages()
+        .iter()
+        .map(|message| {
+            (
+                message["role"].as_str().unwrap(),
+                message["content"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(second[0].0, "system");
+    assert_eq!(second[1], ("user", REFUND_REQUEST));
+    assert!(second.iter().any(|(role, _)| *role == "tool"), "{second:?}");
+    assert_eq!(
+        second[second.len() - 2],
+        ("assistant", "Your refund for the S10 Pro is on its way.")
+    );
+    assert_eq!(second[second.len() - 1], ("user", "thanks!"));
+}
+
+#[tokio::test]
+async fn chat_ends_on_exit_and_without_an_llm_says_how_to_configure_one() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![Step::text("Hello!")]).await;
+    let mut command = work.host_command(&["chat"], &bundled());
+    let output = output_with_stdin(with_llm(&mut command, &llm), "hi\n\nquit\nnever sent\n").await;
+    let (stdout, _) = expect_code(&output, 0);
+    assert_eq!(stdout.trim(), "Hello!");
+    assert_eq!(llm.requests().len(), 1, "nothing is sent after `quit`");
+
+    let output = output_with_stdin(&mut work.host_command(&["chat"], &bundled()), "hi\n").await;
+    let (_, stderr) = expect_code(&output, 1);
+    for name in ["SKILLHOST_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"] {
+        assert!(stderr.contains(name), "{name} not mentioned: {stderr}");
+    }
+    assert!(stderr.contains("no LLM configured"), "{stderr}");
+}
+
+/// The demo key that signed the bundled skills.
+fn demo_key() -> PublicKey {
+    PublicKey::load(&repo_root().join("keys/trusted/demo.pub")).expect("the demo public key")
+}
+
+/// `skillhost inspect <file> --json`, with its exit code.
+async fn inspect_json(work: &Workdir, file: &Path) -> (i32, Value) {
+    let mut command = work.command(&["inspect", "--json", "--trust"]);
+    command.arg(repo_root().join("keys/trusted")).arg(file);
+    let out = output(&mut command).await;
+    let report = serde_json::from_str(&text(&out.stdout))
+        .unwrap_or_else(|error| panic!("{error}: {}", text(&out.stdout)));
+    (out.status.code().expect("an exit code"), report)
+}
+
+#[tokio::test]
+async fn inspect_shows_the_manifest_exports_signer_and_digest_of_a_bundled_skill() {
+    let work = Workdir::new();
+    let file = skill_file("processRefund");
+    let bytes = std::fs::read(&file).unwrap();
+    let key = demo_key();
+
+    let (code, report) = inspect_json(&work, &file).await;
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["digest"], digest_of(&bytes));
+    assert_eq!(report["size"], bytes.len());
+    assert_eq!(report["error"], Value::Null);
+    let signature = &report["signature"];
+    assert_eq!(signature["signed"], true);
+    assert_eq!(signature["status"], "trusted");
+    assert_eq!(signature["signers"], json!([key.fingerprint()]));
+    assert_eq!(signature["key_ids"], json!([hex::encode(key.key_id())]));
+    let manifest = &report["manifest"];
+    assert_eq!(manifest["name"], "processRefund");
+    assert_eq!(manifest["version"], "0.1.0");
+    assert_eq!(manifest["tools"], json!(["queryOrder", "applyRefund"]));
+    assert_eq!(manifest["unlocks"], json!([]));
+    assert_eq!(manifest["steps"], true);
+    assert_eq!(manifest["test_cases"], 1);
+    assert_eq!(
+        manifest["parameters"]["required"],
+        json!(["orderId", "reason"])
+    );
+    assert_eq!(
+        report["exports"],
+        json!([
+            {"name": "manifest", "kind": "function"},
+            {"name": "instructions", "kind": "function"},
+            {"name": "run", "kind": "function"},
+        ])
+    );
+    assert!(
+        report["imports"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "skillhost:skill/host@0.1.0", "kind": "instance"})),
+        "{}",
+        report["imports"]
+    );
+
+    // The same, readable.
+    let mut command = work.command(&["inspect", "--trust"]);
+    command.arg(repo_root().join("keys/trusted")).arg(&file);
+    let (stdout, _) = expect_code(&output(&mut command).await, 0);
+    for line in [
+        format!("digest:      {}", digest_of(&bytes)),
+        format!("trust:       trusted: key {}", key.fingerprint()),
+        format!("signature:   signed (key id {})", hex::encode(key.key_id())),
+        "  name:         processRefund".to_owned(),
+        "  tools:        queryOrder, applyRefund".to_owned(),
+        "  steps:        yes".to_owned(),
+        "  test cases:   1".to_owned(),
+    ] {
+        assert!(
+            stdout.lines().any(|shown| shown == line),
+            "no `{line}` in:\n{stdout}"
+        );
+    }
+    assert!(
+        stdout
+            .lines()
+            .any(|line| line.starts_with("  run") && line.ends_with("function")),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn inspect_reads_unsigned_and_tampered_files_and_says_why_they_are_not_trusted() {
+    let work = Workdir::new();
+    let yaml = work.path("order-lookup.yaml");
+    std::fs::write(&yaml, LOOKUP_SKILL).unwrap();
+    let mut pack = work.command(&["pack"]);
+    pack.arg(&yaml);
+    expect_code(&output(&mut pack).await, 0);
+
+    let (code, report) = inspect_json(&work, &work.path("orderLookup.wasm")).await;
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(report["signature"]["signed"], false);
+    assert_eq!(report["signature"]["status"], "unsigned");
+    assert_eq!(report["manifest"]["name"], "orderLookup");
+    assert_eq!(report["manifest"]["steps"], false);
+    assert_eq!(report["manifest"]["test_cases"], 2);
+
+    // A signed file with a custom section appended: still a component,
+    // no longer what the key signed.
+    let mut bytes = std::fs::read(skill_file("processRefund")).unwrap();
+    bytes.extend_from_slice(&[0x00, 0x05, 0x04, b'n', b'o', b't', b'e']);
+    let tampered = work.path("tampered.wasm");
+    std::fs::write(&tampered, &bytes).unwrap();
+    let (code, report) = inspect_json(&work, &tampered).await;
+    assert_eq!(code, 0, "{report}");
+    let signature = &report["signature"];
+    assert_eq!(signature["status"], "tampered");
+    assert_eq!(signature["signers"], json!([]));
+    assert!(
+        signature["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&demo_key().fingerprint().to_string()),
+        "{signature}"
+    );
+    assert_eq!(report["digest"], digest_of(&bytes));
+    assert_eq!(report["manifest"]["name"], "processRefund");
+}
+
+#[tokio::test]
+async fn inspect_of_what_is_not_a_skill_names_the_problem_and_shows_what_it_read() {
+    let work = Workdir::new();
+    let cases = [
+        (
+            "notes.txt",
+            b"just some text".to_vec(),
+            "not_a_component",
+            "not a WebAssembly file",
+        ),
+        (
+            "core.wasm",
+            wat::parse_str("(module)").unwrap(),
+            "not_a_component",
+            "a core WebAssembly module, not a component",
+        ),
+        (
+            "foreign.wasm",
+            wat::parse_str(r#"(component (import "evil:net/socket" (instance)))"#).unwrap(),
+            "link",
+            "component does not fit the skill world",
+        ),
+    ];
+    for (name, bytes, kind, reason) in cases {
+        let file = work.path(name);
+        std::fs::write(&file, &bytes).unwrap();
+        let (code, report) = inspect_json(&work, &file).await;
+        assert_eq!(code, 1, "{report}");
+        assert_eq!(report["error"]["kind"], kind, "{report}");
+        assert!(
+            report["error"]["reason"].as_str().unwrap().contains(reason),
+            "{report}"
+        );
+        // What needs only the bytes is there all the same.
+        assert_eq!(report["digest"], digest_of(&bytes));
+        assert_eq!(report["size"], bytes.len());
+        assert_eq!(report["signature"]["signed"], false);
+        assert_eq!(report["manifest"], Value::Null);
+
+        let mut command = work.command(&["inspect"]);
+        command.arg(&file);
+        let (stdout, stderr) = expect_code(&output(&mut command).await, 1);
+        assert!(
+            stderr.starts_with(&format!("error: {}: ", file.display())) && stderr.contains(reason),
+            "{stderr}"
+        );
+        assert!(stdout.contains(&digest_of(&bytes)), "{stdout}");
+    }
+    // A compiled component lists its imports even when it cannot link.
+    let (_, report) = inspect_json(&work, &work.path("foreign.wasm")).await;
+    assert_eq!(
+        report["imports"],
+        json!([{"name": "evil:net/socket", "kind": "instance"}])
+    );
+}
+
+#[tokio::test]
+async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
+    let work = Workdir::new();
+    let json_of = |out: &Output| -> Value {
+        let (stdout, stderr) = expect_code(out, 0);
+        // Progress lines are for terminals only.
+        assert!(stderr.is_empty(), "{stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"))
+    };
+
+    let mut keygen = work.command(&["keygen", "--json", "--out"]);
+    keygen.arg(work.path("author"));
+    let keys = json_of(&output(&mut keygen).await);
+    let public = PublicKey::load(&work.path("author.pub")).unwrap();
+    assert_eq!(keys["fingerprint"], json!(public.fingerprint()));
+    assert_eq!(keys["secret_key"], json!(work.path("author.key")));
+    assert_eq!(keys["public_key"], json!(work.path("author.pub")));
+
+    let yaml = work.path("order-lookup.yaml");
+    std::fs::write(&yaml, LOOKUP_SKILL).unwrap();
+    let mut pack = work.command(&["pack", "--json"]);
+    pack.arg(&yaml);
+    let packed = json_of(&output(&mut pack).await);
+    let component = work.path("orderLookup.wasm");
+    let bytes = std::fs::read(&component).unwrap();
+    assert_eq!(packed["name"], "orderLookup");
+    assert_eq!(packed["version"], "0.1.0");
+    assert_eq!(packed["out"], json!(component));
+    assert_eq!(packed["size"], bytes.len());
+    assert_eq!(packed["digest"], digest_of(&bytes));
+    assert_eq!(packed["signed"], false);
+
+    let signed_path = work.path("signed.wasm");
+    let mut sign = work.command(&["sign", "--json", "--key"]);
+    sign.arg(work.path("author.key"))
+        .arg("--out")
+        .arg(&signed_path)
+        .arg(&component);
+    let signed = json_of(&output(&mut sign).await);
+    assert_eq!(signed["file"], json!(component));
+    assert_eq!(signed["signed_file"], json!(signed_path));
+    assert_eq!(signed["detached"], Value::Null);
+    assert_eq!(signed["signer"], keys["fingerprint"]);
+
+    let mut verify = work.command(&["verify", "--json", "--trust"]);
+    verify.arg(work.path("author.pub")).arg(&signed_path);
+    let verified = json_of(&output(&mut verify).await);
+    assert_eq!(verified["valid"], true);
+    assert_eq!(verified["signer"], keys["fingerprint"]);
+
+    let mut run = work.host_command(
+        &[
+            "run",
+            "processRefund",
+            "--json",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+        ],
+        &bundled(),
+    );
+    let report = json_of(&output(&mut run).await);
+    assert_eq!(report["skill"], "processRefund");
+    assert_eq!(report["outcome"], "done");
+    assert_eq!(report["result"]["refunded"], true);
+    assert_eq!(
+        report["tool_calls"],
+        json!([
+            {"tool": "queryOrder", "error": null},
+            {"tool": "applyRefund", "error": null},
+        ])
+    );
+}
+
+/// On a terminal, loading shows a progress line on stderr and clears it
+/// before the listing (stdout and stderr share the terminal here).
+#[tokio::test]
+async fn skills_on_a_terminal_shows_loading_progress_and_clears_it() {
+    let work = Workdir::new();
+    let command_line = format!(
+        "{} skills --skills {} --trust {} --db {}",
+        env!("CARGO_BIN_EXE_skillhost"),
+        bundled().display(),
+        repo_root().join("keys/trusted").display(),
+        work.db().display()
+    );
+    // util-linux `script` runs the command on a pseudo-terminal.
+    let mut command = Command::new("script");
+    command
+        .args([
+            "--quiet",
+            "--return",
+            "--command",
+            &command_line,
+            "/dev/null",
+        ])
+        .current_dir(work.dir.path())
+        .stdin(Stdio::null());
+    for name in ENV {
+        command.env_remove(name);
+    }
+    let (screen, _) = expect_code(&output(&mut command).await, 0);
+    let progress = screen.find("loading skills: ").expect("a progress line");
+    assert!(screen[progress..].contains("/7"), "{screen:?}");
+    let cleared = screen.rfind("\x1b[2K").expect("the line cleared");
+    let listing = screen.find("NAME").expect("the listing");
+    assert!(progress < cleared && cleared < listing, "{screen:?}");
+
+    // Without a terminal: nothing.
+    let out = output(&mut work.host_command(&["skills"], &bundled())).await;
+    let (_, stderr) = expect_code(&out, 0);
+    assert!(stderr.is_empty(), "{stderr}");
 }

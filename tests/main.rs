@@ -6,6 +6,7 @@ mod agent_refund;
 mod cli;
 mod gateway;
 mod llm_client;
+mod observability;
 mod reload;
 mod runtime;
 mod support;

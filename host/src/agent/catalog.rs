@@ -122,6 +122,8 @@ pub struct Functions {
     pub definitions: Vec<Arc<ToolDefinition>>,
     /// Estimated tokens of the definitions as sent (see [`super::tokens`]).
     pub tokens: usize,
+    /// Tools left out of this list by masking.
+    pub masked: usize,
 }
 
 impl Functions {
@@ -257,9 +259,11 @@ impl Catalog {
     /// The function list for one round.
     pub fn functions(&self, loaded: &BTreeSet<SkillName>) -> Functions {
         let masked = self.masked(loaded);
-        Functions::collect(self.offered.iter().filter(|function| {
+        let mut functions = Functions::collect(self.offered.iter().filter(|function| {
             !matches!(&function.callable, Callable::Tool(tool) if masked.contains(tool.as_str()))
-        }))
+        }));
+        functions.masked = masked.len();
+        functions
     }
 
     /// The function list of a skill's sub-agent: exactly the tools its

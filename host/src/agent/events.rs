@@ -10,6 +10,7 @@ use serde_json::Value;
 use super::confirm::{ConfirmationId, PendingConfirmation};
 use super::llm::Usage;
 use crate::skills::SkillName;
+use crate::tools::ToolCaller;
 
 /// Who made an LLM call or a tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
@@ -19,6 +20,16 @@ pub enum Caller {
     Main,
     /// A skill: its sub-agent or its deterministic steps.
     Skill(SkillName),
+}
+
+impl Caller {
+    /// How the logs name this caller: `agent` or `skill:<name>`.
+    pub fn tool_caller(&self) -> ToolCaller<'_> {
+        match self {
+            Self::Main => ToolCaller::Agent,
+            Self::Skill(skill) => ToolCaller::Skill(skill.as_str()),
+        }
+    }
 }
 
 impl fmt::Display for Caller {

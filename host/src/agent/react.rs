@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
+use tracing::{Instrument, Span, field};
 
 use super::AgentError;
 use super::catalog::{Callable, Functions, Refusal};
@@ -50,6 +51,13 @@ impl Call {
     /// Reports the call as refused (not executed) and returns what the
     /// model is told.
     fn refuse(self, run: &RunContext, caller: &Caller, reason: String) -> String {
+        // Not the reason: it may quote the arguments.
+        tracing::info!(
+            function = self.name.as_str(),
+            caller = %caller.tool_caller(),
+            refused = true,
+            "function call refused; the model is told why"
+        );
         let outcome = CallOutcome::Refused { reason };
         let content = outcome.to_tool_content();
         run.report(caller, &self.name, self.arguments, outcome);
@@ -158,33 +166,62 @@ impl<S: Scope> Loop<'_, S> {
     pub(super) async fn run(&self, transcript: &mut Transcript) -> Result<LoopEnd, AgentError> {
         let mut repeats = RepeatGuard::new(self.run.agent.config.max_identical_calls);
         for round in 1..=self.max_rounds {
-            let functions = self.prepare_round(transcript);
-            self.run.emit(AgentEvent::RoundStarted {
-                caller: self.caller.clone(),
+            let span = tracing::info_span!(
+                "agent_round",
+                run_id = %self.run.id,
+                caller = %self.caller.tool_caller(),
                 round,
-                functions: functions.names(),
-                tokens: transcript.tokens() + functions.tokens,
-            });
-            let request = ChatRequest::new(transcript.messages()).with_tools(functions.definitions);
-            let response = self.run.chat(&self.caller, request).await?;
-            let calls = response.message.tool_calls.clone();
-            let text = response.message.content.clone();
-            transcript.push(Message::from(response.message));
-            if calls.is_empty() {
+                functions = field::Empty,
+                masked = field::Empty,
+            );
+            let answer = self
+                .round(round, transcript, &mut repeats, &span)
+                .instrument(span.clone())
+                .await?;
+            if let Some(answer) = answer {
                 return Ok(LoopEnd {
-                    answer: text.unwrap_or_default(),
+                    answer,
                     rounds: round,
                 });
-            }
-            for call in &calls {
-                let content = self.execute(call, transcript, &mut repeats).await?;
-                transcript.push(Message::tool(&call.id, call.name(), content));
             }
         }
         Err(AgentError::RoundLimit {
             caller: self.caller.clone(),
             rounds: self.max_rounds,
         })
+    }
+
+    /// One round: the LLM call, then its calls in order. Returns the
+    /// model's final text when it made no calls.
+    async fn round(
+        &self,
+        round: u32,
+        transcript: &mut Transcript,
+        repeats: &mut RepeatGuard,
+        span: &Span,
+    ) -> Result<Option<String>, AgentError> {
+        let functions = self.prepare_round(transcript);
+        span.record("functions", functions.definitions.len());
+        span.record("masked", functions.masked);
+        self.run.emit(AgentEvent::RoundStarted {
+            caller: self.caller.clone(),
+            round,
+            functions: functions.names(),
+            tokens: transcript.tokens() + functions.tokens,
+        });
+        let request = ChatRequest::new(transcript.messages()).with_tools(functions.definitions);
+        let response = self.run.chat(&self.caller, request).await?;
+        let calls = response.message.tool_calls.clone();
+        let text = response.message.content.clone();
+        transcript.push(Message::from(response.message));
+        if calls.is_empty() {
+            return Ok(Some(text.unwrap_or_default()));
+        }
+        for call in &calls {
+            let content = self.execute(call, transcript, repeats).await?;
+            transcript.push(Message::tool(&call.id, call.name(), content));
+        }
+        Ok(None)
     }
 
     /// Compacts the transcript if it is over budget, and returns this

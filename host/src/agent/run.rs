@@ -25,7 +25,7 @@ use super::llm::{ChatRequest, ChatResponse, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::ToolDispatch;
 use crate::skills::{SkillName, SkillSnapshot};
-use crate::tools::ToolError;
+use crate::tools::{ToolCallSpan, ToolError};
 
 /// LLM calls and tokens of one run, sub-agents included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -295,18 +295,40 @@ impl RunContext {
 
     /// Executes a tool for `caller`: checks the arguments, waits for a
     /// person's approval when the policy asks for it, then runs the tool.
-    /// Scope and masking are the caller's to check first.
+    /// Scope and masking are the caller's to check first. The whole call
+    /// is one `tool_call` span ([`ToolCallSpan`]).
     pub(super) async fn call_tool(
         &self,
         caller: &Caller,
         tool: &str,
         arguments: Value,
     ) -> Result<Value, CallError> {
+        let mut span = ToolCallSpan::open(caller.tool_caller(), tool);
+        let result = self
+            .confirm_and_call(caller, tool, arguments, &mut span)
+            .await;
+        match &result {
+            Ok(_) => span.finish(Ok(())),
+            Err(CallError::Tool(error)) => span.finish(Err(error)),
+            Err(CallError::Declined(_)) => span.finish(Err(&ToolError::Declined(tool.to_owned()))),
+        }
+        result
+    }
+
+    /// The steps of [`Self::call_tool`], each recorded on its span.
+    async fn confirm_and_call(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: Value,
+        span: &mut ToolCallSpan<'_>,
+    ) -> Result<Value, CallError> {
         let registered = self
             .agent
             .tools
             .get(tool)
             .ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
+        span.resolved(registered.spec(), &arguments);
         // Nobody is asked to approve a call that cannot run.
         registered.validate(&arguments)?;
         let policy = &self.agent.config.confirmation;
@@ -321,6 +343,7 @@ impl RunContext {
             let id = ticket.pending().id.clone();
             self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
             let resolution = ticket.resolution().await;
+            span.confirmed(resolution == Resolution::Approved);
             self.emit(AgentEvent::ConfirmationResolved {
                 id,
                 tool: tool.to_owned(),
@@ -330,7 +353,7 @@ impl RunContext {
                 return Err(CallError::Declined(why));
             }
         }
-        Ok(registered.call(arguments).await?)
+        Ok(span.execute(registered, arguments).await?)
     }
 
     /// [`Self::call_tool`], reported as a

@@ -1,17 +1,24 @@
 //! Command-line interface: argument parsing and one module per command group.
 
+mod agent;
 mod ask;
+mod chat;
+mod inspect;
 mod pack;
+mod progress;
 mod serve;
 mod sign;
 mod skills;
 mod test;
+mod trace;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::fmt::format::FmtSpan;
 
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::SkillRegistry;
@@ -29,8 +36,25 @@ pub struct Cli {
     /// Log more: -v for info, -vv for debug (or set SKILLHOST_LOG).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// How log lines are written to stderr: `json` is one JSON object a
+    /// line, with the fields of the spans it happened in (skill, tool,
+    /// round). For `serve`, else `[server] log_format` in the config file.
+    /// [default: text]
+    #[arg(long, value_enum, global = true, env = "SKILLHOST_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object a line.
+    Json,
 }
 
 /// Where skills and the demo database live; shared by every command that
@@ -137,6 +161,12 @@ enum Command {
     /// Ask the main agent once: prints each round (functions offered, calls
     /// made, inside skills too) and the answer; asks y/n for write tools.
     Ask(ask::AskArgs),
+    /// Chat with the main agent: the answer streams as it is generated,
+    /// each round's calls are shown, the conversation is kept across turns.
+    Chat(chat::ChatArgs),
+    /// Show what one skill file is: manifest, component imports and
+    /// exports, signature and trust, digest and size.
+    Inspect(inspect::InspectArgs),
     /// Run the test cases skills carry in their manifests and report
     /// pass/fail per case (write tools auto-approved on a scratch shop).
     Test(test::TestArgs),
@@ -163,6 +193,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => sign::verify(&args),
         Command::Pack(args) => pack::pack(&args),
         Command::Ask(args) => ask::ask(&args).await,
+        Command::Chat(args) => chat::chat(&args).await,
+        Command::Inspect(args) => inspect::inspect(&args).await,
         Command::Test(args) => test::test(&args).await,
     }
 }
@@ -181,31 +213,96 @@ impl LoadedHost {
         let tools = Arc::new(tools);
         let policy = args.signature_policy()?;
         let runtime = Runtime::new(args.runtime_config())?;
-        let skills = SkillRegistry::load_dir(runtime, tools.clone(), policy, &args.skills).await?;
+        let skills = SkillRegistry::load_dir_with_progress(
+            runtime,
+            tools.clone(),
+            policy,
+            &args.skills,
+            progress::loading_skills(),
+        )
+        .await?;
         Ok(Self { skills, tools })
     }
 }
 
-pub fn init_tracing(verbose: u8) {
-    let default = match verbose {
+/// Every demo tool on a fresh, seeded in-memory shop: for work that must
+/// not touch the demo database (test cases, inspecting a file).
+fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
+    let db = Arc::new(DemoDb::in_memory()?);
+    let mut tools = ToolRegistry::new();
+    demo::register_all(&mut tools, db)?;
+    Ok(Arc::new(tools))
+}
+
+/// Logs to stderr at the level `-v` or `SKILLHOST_LOG` asks for, in the
+/// format `--log-format`, `SKILLHOST_LOG_FORMAT` or (for `serve`) the config
+/// file asks for. A span (skill invocation, tool call, agent round, LLM
+/// call) is written when it closes, with every field it recorded.
+pub fn init_tracing(cli: &Cli) {
+    let default = match cli.verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SKILLHOST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_span_events(FmtSpan::CLOSE)
+        // Colour codes only for a person reading a terminal, never in a file.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match log_format(cli) {
+        LogFormat::Text => subscriber.init(),
+        LogFormat::Json => subscriber
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
+}
+
+/// The log format asked for: the flag (or its variable), else for `serve`
+/// the config file's, else text.
+fn log_format(cli: &Cli) -> LogFormat {
+    cli.log_format
+        .or_else(|| match &cli.command {
+            Command::Serve(args) => args.config_log_format(),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, LogFormat, log_format};
 
     #[test]
     fn command_line_definition_is_consistent() {
-        super::Cli::command().debug_assert();
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_log_format_flag_wins_over_the_serve_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("skillhost.toml");
+        std::fs::write(&config, "[server]\nlog_format = \"json\"\n").unwrap();
+        let config = config.to_str().unwrap();
+        let parse = |args: &[&str]| Cli::try_parse_from(args).unwrap();
+        let from_file = parse(&["skillhost", "serve", "--config", config]);
+        assert_eq!(log_format(&from_file), LogFormat::Json);
+        let flag = parse(&[
+            "skillhost",
+            "--log-format",
+            "text",
+            "serve",
+            "--config",
+            config,
+        ]);
+        assert_eq!(log_format(&flag), LogFormat::Text);
+        let elsewhere = parse(&["skillhost", "skills"]);
+        assert_eq!(log_format(&elsewhere), LogFormat::Text);
     }
 }

@@ -4,9 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
+use serde_json::json;
 
 use skillhost::runtime::digest_of;
 use skillhost::skills::pack::DeclarativeSkill;
+
+use super::progress::Progress;
 
 /// `skillhost pack`.
 #[derive(Debug, clap::Args)]
@@ -26,13 +29,19 @@ pub struct PackArgs {
     /// Write <name>.wasm into this directory instead.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// Print the result as JSON: name, version, source, out, size, digest,
+    /// signed (always false).
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
+    let progress = Progress::spinner(&format!("packing {}", args.input.display()));
     let skill = DeclarativeSkill::read(&args.input)?;
     let component = skill
         .to_component()
         .with_context(|| format!("packing {}", args.input.display()))?;
+    drop(progress);
     let manifest = skill.manifest();
     let out = match (&args.out, &args.out_dir) {
         (Some(out), _) => out.clone(),
@@ -44,18 +53,27 @@ pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
         }
     };
     std::fs::write(&out, &component).with_context(|| format!("writing {}", out.display()))?;
+    let digest = digest_of(&component);
+    if args.json {
+        let packed = json!({
+            "name": manifest.name,
+            "version": manifest.version.to_string(),
+            "source": args.input,
+            "out": out,
+            "size": component.len(),
+            "digest": digest,
+            "signed": false,
+        });
+        println!("{}", serde_json::to_string_pretty(&packed)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "packed {} {} (instructions only) from {}",
         manifest.name,
         manifest.version,
         args.input.display()
     );
-    println!(
-        "  {}: {} bytes, {}",
-        out.display(),
-        component.len(),
-        digest_of(&component)
-    );
+    println!("  {}: {} bytes, {}", out.display(), component.len(), digest);
     println!(
         "  unsigned: sign it with `skillhost sign` before a host that requires signatures loads it"
     );

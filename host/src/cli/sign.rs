@@ -23,6 +23,9 @@ pub struct KeygenArgs {
     /// never overwritten.
     #[arg(long, value_name = "PREFIX")]
     out: PathBuf,
+    /// Print the result as JSON: secret_key, public_key, fingerprint.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `skillhost sign`.
@@ -42,6 +45,11 @@ pub struct SignArgs {
     /// unchanged. An existing signature file is extended (multi-signature).
     #[arg(long, value_name = "SIG")]
     detached: Option<PathBuf>,
+    /// Print the result as JSON: file (the input), signed_file (where the
+    /// signed component was written, or null), detached (the signature
+    /// file, or null), signer (the key's fingerprint).
+    #[arg(long)]
+    json: bool,
 }
 
 /// `skillhost verify`.
@@ -96,9 +104,19 @@ pub fn keygen(args: &KeygenArgs) -> anyhow::Result<ExitCode> {
         let _ = fs::remove_file(&secret_path);
         return Err(error);
     }
-    println!("secret key: {} (keep it secret)", secret_path.display());
-    println!("public key: {}", public_path.display());
-    println!("fingerprint: {}", key.public_key().fingerprint());
+    let fingerprint = key.public_key().fingerprint();
+    if args.json {
+        let written = json!({
+            "secret_key": secret_path,
+            "public_key": public_path,
+            "fingerprint": fingerprint,
+        });
+        println!("{}", serde_json::to_string_pretty(&written)?);
+    } else {
+        println!("secret key: {} (keep it secret)", secret_path.display());
+        println!("public key: {}", public_path.display());
+        println!("fingerprint: {fingerprint}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -106,7 +124,7 @@ pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
     let key = SigningKey::load(&args.key)?;
     let wasm = read(&args.input)?;
     let fingerprint = key.public_key().fingerprint();
-    if let Some(signature_path) = &args.detached {
+    let (signed_file, done) = if let Some(signature_path) = &args.detached {
         let existing = match fs::read(signature_path) {
             Ok(bytes) => Some(bytes),
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
@@ -118,18 +136,33 @@ pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
             .sign_detached(&wasm, existing.as_deref())
             .with_context(|| format!("signing {}", args.input.display()))?;
         write_atomic(signature_path, &signature)?;
-        println!(
+        let done = format!(
             "{}: detached signature by key {fingerprint} written to {}",
             args.input.display(),
             signature_path.display()
         );
+        (None, done)
     } else {
         let signed = key
             .sign(&wasm)
             .with_context(|| format!("signing {}", args.input.display()))?;
         let out = args.out.as_ref().unwrap_or(&args.input);
         write_atomic(out, &signed)?;
-        println!("{}: signed by key {fingerprint}", out.display());
+        (
+            Some(out),
+            format!("{}: signed by key {fingerprint}", out.display()),
+        )
+    };
+    if args.json {
+        let signed = json!({
+            "file": args.input,
+            "signed_file": signed_file,
+            "detached": args.detached,
+            "signer": fingerprint,
+        });
+        println!("{}", serde_json::to_string_pretty(&signed)?);
+    } else {
+        println!("{done}");
     }
     Ok(ExitCode::SUCCESS)
 }

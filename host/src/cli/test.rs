@@ -6,15 +6,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
+use super::progress::{self, Progress};
+use super::{HostArgs, scratch_tools};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
 use skillhost::agent::llm::{ConfigError, LlmClient, LlmConfig};
 use skillhost::agent::{Agent, SkillPath};
 use skillhost::runtime::Runtime;
 use skillhost::skills::{LoadFailure, SkillRegistry};
-use skillhost::tools::ToolRegistry;
-use skillhost::tools::demo::{self, DemoDb};
-
-use super::HostArgs;
 
 /// `skillhost test`.
 #[derive(Debug, clap::Args)]
@@ -81,27 +79,35 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     }
     let mut reports: Vec<CaseReport> = Vec::new();
     let mut without_cases = Vec::new();
+    let total_cases = selected
+        .iter()
+        .map(|skill| skill.component.manifest().test_cases.len())
+        .sum();
+    let progress = Progress::counter("testing", total_cases);
     for skill in selected {
         let manifest = skill.component.manifest();
         if manifest.test_cases.is_empty() {
             without_cases.push(manifest.name.to_string());
             if !args.json {
-                println!("---- {} has no test cases", manifest.name);
+                progress.suspend(|| println!("---- {} has no test cases", manifest.name));
             }
             continue;
         }
         for case in &manifest.test_cases {
+            progress.set_message(format!("{} › {}", manifest.name, case.name));
             let mut agent = Agent::builder(skills.clone()).tools(scratch_tools()?);
             if let Some(llm) = &llm {
                 agent = agent.llm(llm.clone());
             }
             let report = run_case(&agent.build(), &manifest.name, case).await;
+            progress.advance();
             if !args.json {
-                print_report(&report);
+                progress.suspend(|| print_report(&report));
             }
             reports.push(report);
         }
     }
+    drop(progress);
     let count = |wanted: fn(&Verdict) -> bool| {
         reports
             .iter()
@@ -136,15 +142,14 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
 async fn load_skills(args: &HostArgs) -> anyhow::Result<SkillRegistry> {
     let policy = args.signature_policy()?;
     let runtime = Runtime::new(args.runtime_config())?;
-    Ok(SkillRegistry::load_dir(runtime, scratch_tools()?, policy, &args.skills).await?)
-}
-
-/// Every demo tool on a fresh, seeded in-memory shop.
-fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
-    let db = Arc::new(DemoDb::in_memory()?);
-    let mut tools = ToolRegistry::new();
-    demo::register_all(&mut tools, db)?;
-    Ok(Arc::new(tools))
+    Ok(SkillRegistry::load_dir_with_progress(
+        runtime,
+        scratch_tools()?,
+        policy,
+        &args.skills,
+        progress::loading_skills(),
+    )
+    .await?)
 }
 
 fn print_report(report: &CaseReport) {

@@ -61,7 +61,7 @@ use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
 use crate::skills::signature::SignaturePolicy;
 use crate::skills::watcher::WatchError;
-use crate::skills::{SkillRegistry, SkillSnapshot, WatchHandle};
+use crate::skills::{LoadProgress, SkillRegistry, SkillSnapshot, WatchHandle};
 use crate::tools::demo::{self, DemoDb};
 use crate::tools::{RegisterError, ToolRegistry};
 use events::Observers;
@@ -115,6 +115,7 @@ pub struct SkillHostBuilder {
     runtime: RuntimeConfig,
     agent: AgentConfig,
     hot_reload: bool,
+    load_progress: Option<Box<dyn FnMut(LoadProgress) + Send>>,
 }
 
 impl SkillHostBuilder {
@@ -223,6 +224,13 @@ impl SkillHostBuilder {
         self
     }
 
+    /// Called as [`SkillHostBuilder::build`] loads the skills directory
+    /// (see [`SkillRegistry::load_dir_with_progress`]). Default: none.
+    pub fn on_load_progress(mut self, progress: impl FnMut(LoadProgress) + Send + 'static) -> Self {
+        self.load_progress = Some(Box::new(progress));
+        self
+    }
+
     /// Starts the sandbox, loads the skills directory (in parallel; files
     /// that fail are reported in [`SkillSnapshot::failures`]) and, with hot
     /// reload, starts watching it. Call inside a Tokio runtime.
@@ -242,8 +250,16 @@ impl SkillHostBuilder {
         };
         let runtime = Runtime::new(self.runtime).map_err(BuildError::Runtime)?;
         let tools = Arc::new(self.tools);
+        let progress = self.load_progress.unwrap_or_else(|| Box::new(|_| {}));
         let skills = Arc::new(
-            SkillRegistry::load_dir(runtime, tools.clone(), self.policy, &self.skills_dir).await?,
+            SkillRegistry::load_dir_with_progress(
+                runtime,
+                tools.clone(),
+                self.policy,
+                &self.skills_dir,
+                progress,
+            )
+            .await?,
         );
         let observers = Arc::new(Observers::new(tools));
         observers.metrics.set_skills_loaded(skills.snapshot().len());
@@ -316,6 +332,7 @@ impl SkillHost {
             runtime: RuntimeConfig::default(),
             agent: AgentConfig::default(),
             hot_reload: true,
+            load_progress: None,
         }
     }
 

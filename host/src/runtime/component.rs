@@ -5,11 +5,14 @@ use std::time::Instant;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use tracing::{Instrument, Span, field};
 use wasmtime::component::Component;
 
 use super::Runtime;
 use super::bindings::{Skill, SkillPre, skillhost::skill::types};
-use super::host::{HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, sandboxed_store};
+use super::host::{
+    HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, json_text, sandboxed_store,
+};
 use super::limits::Limits;
 use crate::skills::{Manifest, ManifestError, SkillName};
 use crate::tools::ToolRegistry;
@@ -139,7 +142,42 @@ impl SkillComponent {
     }
 
     /// Like [`Self::run`], with explicit limits.
+    ///
+    /// Runs in a `skill_invocation` span: `skill`, `version`, `digest`, then
+    /// `outcome` (`done`, `handover` or the error's kind), `limit` (the one
+    /// hit, if any) and `duration_ms`. A trap or a limit hit is also a
+    /// warning.
     pub async fn run_with_limits(
+        &self,
+        input: &Value,
+        dispatch: Arc<dyn ToolDispatch>,
+        limits: Limits,
+    ) -> Result<RunReport, InvokeError> {
+        let manifest = self.manifest();
+        let span = tracing::info_span!(
+            "skill_invocation",
+            skill = %manifest.name,
+            version = %manifest.version,
+            digest = self.digest(),
+            outcome = field::Empty,
+            limit = field::Empty,
+            duration_ms = field::Empty,
+        );
+        // Not even the clock is read when the span is disabled.
+        let started = (!span.is_disabled()).then(Instant::now);
+        let result = self
+            .invoke(input, dispatch, limits)
+            .instrument(span.clone())
+            .await;
+        if let Some(started) = started {
+            span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
+        }
+        span.in_scope(|| record_outcome(&span, &result));
+        result
+    }
+
+    /// The invocation itself, for [`Self::run_with_limits`].
+    async fn invoke(
         &self,
         input: &Value,
         dispatch: Arc<dyn ToolDispatch>,
@@ -160,7 +198,7 @@ impl SkillComponent {
         let mut store = sandboxed_store(self.inner.runtime.engine(), state);
         let result = async {
             let instance = self.inner.pre.instantiate_async(&mut store).await?;
-            instance.call_run(&mut store, &input.to_string()).await
+            instance.call_run(&mut store, &json_text(input)).await
         }
         .await;
         let state = store.data_mut();
@@ -194,6 +232,40 @@ impl SkillComponent {
             tool_calls: state.take_tool_calls(),
             elapsed: started.elapsed(),
         })
+    }
+}
+
+/// Records how an invocation ended on its span; warns on a trap or a limit.
+fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
+    let error = match result {
+        Ok(report) => {
+            let outcome = match report.outcome {
+                RunOutcome::Done(_) => "done",
+                RunOutcome::Handover(_) => "handover",
+            };
+            span.record("outcome", outcome);
+            return;
+        }
+        Err(error) => error,
+    };
+    let outcome = match error {
+        InvokeError::LimitExceeded { .. } => "limit_exceeded",
+        InvokeError::InvalidInput { .. } => "invalid_input",
+        InvokeError::NoSteps { .. } => "no_steps",
+        InvokeError::Failed { .. } => "failed",
+        InvokeError::MalformedResult { .. } => "malformed_result",
+        InvokeError::Trap { .. } => "trap",
+    };
+    span.record("outcome", outcome);
+    match error {
+        InvokeError::LimitExceeded { limit, .. } => {
+            span.record("limit", field::display(limit));
+            tracing::warn!(%error, "skill invocation hit a limit");
+        }
+        InvokeError::Trap { .. } => tracing::warn!(%error, "skill invocation trapped"),
+        // The other errors' messages may quote the input or the guest's
+        // own text; the outcome says enough.
+        _ => {}
     }
 }
 

@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::skillhost::skill::{host, types};
 use super::limits::{Limit, Limits};
 use crate::skills::SkillName;
-use crate::tools::{ToolError, ToolRegistry};
+use crate::tools::{ToolCaller, ToolError, ToolRegistry};
 
 /// Where a skill's permitted tool calls go. The runtime has already checked
 /// the call against the manifest; implementations add what the embedding
@@ -32,11 +32,12 @@ pub trait ToolDispatch: Send + Sync {
 impl ToolDispatch for ToolRegistry {
     async fn call_tool(
         &self,
-        _skill: &SkillName,
+        skill: &SkillName,
         tool: &str,
         arguments: Value,
     ) -> Result<Value, ToolError> {
-        self.call(tool, arguments).await
+        let caller = ToolCaller::Skill(skill.as_str());
+        self.call_as(caller, tool, arguments).await
     }
 }
 
@@ -273,7 +274,11 @@ impl HostState {
 
     async fn execute_tool(&mut self, name: &str, arguments: &str) -> Result<String, ToolError> {
         if !self.allowed_tools.iter().any(|tool| tool == name) {
-            tracing::warn!(skill = %self.skill, tool = name, "refused a call to an undeclared tool");
+            let caller = ToolCaller::Skill(self.skill.as_str());
+            tracing::warn!(
+                skill = %self.skill, tool = name, caller = %caller, refused = true,
+                outcome = "not_permitted", "tool call refused: not declared in the skill's manifest"
+            );
             return Err(ToolError::NotPermitted {
                 tool: name.to_owned(),
                 reason: format!(
@@ -300,8 +305,15 @@ impl HostState {
         let started = Instant::now();
         let result = self.dispatch.call_tool(&self.skill, name, arguments).await;
         self.time_in_tools += started.elapsed();
-        result.map(|value| value.to_string())
+        result.map(|value| json_text(&value))
     }
+}
+
+/// `value` as compact JSON text. `serde_json::to_string` writes straight into
+/// a buffer, where `Value`'s `Display` goes through `core::fmt` piece by
+/// piece: this is on the hot path of every invocation and tool call.
+pub(super) fn json_text(value: &Value) -> String {
+    serde_json::to_string(value).expect("a JSON value always serializes")
 }
 
 fn tool_error_kind(error: &ToolError) -> types::ToolErrorKind {

@@ -321,6 +321,15 @@ pub enum RegistryError {
     },
 }
 
+/// How far [`SkillRegistry::load_dir_with_progress`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadProgress {
+    /// Files loaded or refused so far.
+    pub done: usize,
+    /// `*.wasm` files in the directory.
+    pub total: usize,
+}
+
 /// Events kept for a subscriber that falls behind; older ones are dropped
 /// and the subscriber is told how many it missed. Default: 256.
 const EVENT_BUFFER: usize = 256;
@@ -399,11 +408,29 @@ impl SkillRegistry {
         policy: SignaturePolicy,
         dir: &Path,
     ) -> Result<Self, RegistryError> {
+        Self::load_dir_with_progress(runtime, tools, policy, dir, |_| {}).await
+    }
+
+    /// [`SkillRegistry::load_dir`], calling `progress` once the files are
+    /// listed (`done` 0) and after each file is loaded or refused, for a
+    /// progress display.
+    pub async fn load_dir_with_progress(
+        runtime: Runtime,
+        tools: Arc<ToolRegistry>,
+        policy: SignaturePolicy,
+        dir: &Path,
+        mut progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, RegistryError> {
         let registry = Self::new(runtime, tools, policy);
         let paths = wasm_files(dir).map_err(|source| RegistryError::ReadDir {
             dir: dir.to_owned(),
             source,
         })?;
+        let mut seen = LoadProgress {
+            done: 0,
+            total: paths.len(),
+        };
+        progress(seen);
         let loader = &registry.loader;
         let parallel = std::thread::available_parallelism().map_or(1, NonZero::get);
         let mut loaded: Vec<_> = futures::stream::iter(paths)
@@ -412,6 +439,10 @@ impl SkillRegistry {
                 (path, result)
             })
             .buffer_unordered(parallel)
+            .inspect(|_| {
+                seen.done += 1;
+                progress(seen);
+            })
             .collect()
             .await;
         // Sorted so that which of two same-named files wins is stable.

@@ -45,7 +45,7 @@ use std::path::Path;
 
 pub use keys::{Fingerprint, InvalidKey, KeyError, PublicKey, SigningKey, TrustStore, TrustedKey};
 pub use sign::SignError;
-pub use verify::Verified;
+pub use verify::{Verified, embedded_key_ids};
 
 /// Why a file's signature is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

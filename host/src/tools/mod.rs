@@ -9,7 +9,7 @@ pub mod demo;
 pub mod http;
 mod registry;
 
-pub use registry::{RegisterError, RegisteredTool, ToolRegistry};
+pub use registry::{RegisterError, RegisteredTool, ToolCallSpan, ToolCaller, ToolRegistry};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

@@ -1,9 +1,12 @@
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tracing::{Instrument, Span, field};
 
-use super::{Tool, ToolError, ToolSpec};
+use super::{Access, Tool, ToolError, ToolSpec};
 
 /// A tool with its argument schema compiled once, at registration.
 pub struct RegisteredTool {
@@ -83,11 +86,230 @@ impl ToolRegistry {
         self.tools.values().map(RegisteredTool::spec)
     }
 
-    /// Looks up, validates and runs a tool.
+    /// Looks up, validates and runs a tool for the embedding code itself
+    /// (caller `host` in the logs).
     pub async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
-        let tool = self
-            .get(name)
-            .ok_or_else(|| ToolError::UnknownTool(name.to_owned()))?;
-        tool.call(arguments).await
+        self.call_as(ToolCaller::Host, name, arguments).await
+    }
+
+    /// Looks up, validates and runs a tool for `caller`, in a `tool_call`
+    /// span.
+    pub async fn call_as(
+        &self,
+        caller: ToolCaller<'_>,
+        name: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        let mut span = ToolCallSpan::open(caller, name);
+        let result = match self.get(name) {
+            None => Err(ToolError::UnknownTool(name.to_owned())),
+            Some(tool) => {
+                span.resolved(tool.spec(), &arguments);
+                span.execute(tool, arguments).await
+            }
+        };
+        span.finish(result.as_ref().map(drop));
+        result
+    }
+}
+
+/// Who asked for a tool call, as the logs name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCaller<'a> {
+    /// The main agent: `agent`.
+    Agent,
+    /// A skill's deterministic steps or its sub-agent: `skill:<name>`.
+    Skill(&'a str),
+    /// The embedding code, calling the registry directly: `host`.
+    Host,
+}
+
+impl fmt::Display for ToolCaller<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Agent => f.write_str("agent"),
+            Self::Skill(skill) => write!(f, "skill:{skill}"),
+            Self::Host => f.write_str("host"),
+        }
+    }
+}
+
+/// The `tool_call` span of one call, from the name being asked for to the
+/// outcome: fields `tool`, `caller`, `access`, `latency_ms` (the tool's own
+/// run), `confirmation` (when a person was asked), `outcome` (`ok` or the
+/// error kind) and `refused` (the host did not run it).
+///
+/// Arguments are logged at debug, in clear only for a read tool; a write
+/// tool's as their size and keys. A write tool's error message may quote
+/// its arguments, so only its kind is logged.
+///
+/// When the span is disabled nothing is formatted, allocated or timed.
+pub struct ToolCallSpan<'a> {
+    span: Span,
+    caller: ToolCaller<'a>,
+    tool: &'a str,
+    access: Option<Access>,
+    latency: Option<Duration>,
+}
+
+impl<'a> ToolCallSpan<'a> {
+    /// Opens the span for a call of `tool` by `caller`.
+    pub fn open(caller: ToolCaller<'a>, tool: &'a str) -> Self {
+        let span = tracing::info_span!(
+            "tool_call",
+            tool,
+            caller = %caller,
+            access = field::Empty,
+            latency_ms = field::Empty,
+            confirmation = field::Empty,
+            outcome = field::Empty,
+            refused = field::Empty,
+        );
+        Self {
+            span,
+            caller,
+            tool,
+            access: None,
+            latency: None,
+        }
+    }
+
+    /// The tool was found: records its access and logs the arguments.
+    pub fn resolved(&mut self, spec: &ToolSpec, arguments: &Value) {
+        self.access = Some(spec.access);
+        self.span.record("access", access_name(spec.access));
+        let arguments = LoggedArguments {
+            access: spec.access,
+            arguments,
+        };
+        self.span
+            .in_scope(|| tracing::debug!(arguments = %arguments, "tool call arguments"));
+    }
+
+    /// Records whether the person asked approved the call.
+    pub fn confirmed(&self, approved: bool) {
+        let answer = if approved { "approved" } else { "declined" };
+        self.span.record("confirmation", answer);
+    }
+
+    /// Validates and runs `tool` inside the span, timing its run.
+    pub async fn execute(
+        &mut self,
+        tool: &RegisteredTool,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        let started = (!self.span.is_disabled()).then(Instant::now);
+        let result = tool.call(arguments).instrument(self.span.clone()).await;
+        self.latency = started.map(|started| started.elapsed());
+        result
+    }
+
+    /// Records the outcome and closes the span. A refused or failed call
+    /// is also a warning, with the tool and caller, whatever the level.
+    pub fn finish(self, result: Result<(), &ToolError>) {
+        if let Some(latency) = self.latency {
+            self.span.record("latency_ms", latency.as_secs_f64() * 1e3);
+        }
+        let Err(error) = result else {
+            self.span.record("outcome", "ok");
+            self.span.record("refused", false);
+            return;
+        };
+        let outcome = error_kind(error);
+        let refused = matches!(
+            error,
+            ToolError::NotPermitted { .. }
+                | ToolError::UnknownTool(_)
+                | ToolError::InvalidArguments { .. }
+        );
+        self.span.record("outcome", outcome);
+        self.span.record("refused", refused);
+        if !refused && !matches!(error, ToolError::Failed(_) | ToolError::LimitExceeded(_)) {
+            // Business rejections and declined confirmations are outcomes,
+            // not problems of the host.
+            return;
+        }
+        let (tool, caller) = (self.tool, self.caller);
+        let message = if refused {
+            "tool call refused"
+        } else {
+            "tool call failed"
+        };
+        self.span.in_scope(|| match self.access {
+            Some(Access::Read) => {
+                tracing::warn!(tool, caller = %caller, refused, outcome, %error, "{message}");
+            }
+            _ => tracing::warn!(tool, caller = %caller, refused, outcome, "{message}"),
+        });
+    }
+}
+
+/// Tool arguments as the logs show them: in clear for a read tool; for a
+/// write tool their size and top-level keys, never their values.
+struct LoggedArguments<'a> {
+    access: Access,
+    arguments: &'a Value,
+}
+
+impl fmt::Display for LoggedArguments<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.access == Access::Read {
+            return write!(f, "{}", self.arguments);
+        }
+        let bytes = self.arguments.to_string().len();
+        write!(f, "<redacted: {bytes} bytes")?;
+        if let Value::Object(map) = self.arguments {
+            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
+            write!(f, "; keys: {}", keys.join(", "))?;
+        }
+        f.write_str(">")
+    }
+}
+
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Read => "read",
+        Access::Write => "write",
+    }
+}
+
+/// The error's kind, as the WIT `tool-error-kind` spells it in snake case.
+fn error_kind(error: &ToolError) -> &'static str {
+    match error {
+        ToolError::NotPermitted { .. } => "not_permitted",
+        ToolError::UnknownTool(_) => "unknown_tool",
+        ToolError::InvalidArguments { .. } => "invalid_arguments",
+        ToolError::Rejected(_) => "rejected",
+        ToolError::Declined(_) => "declined",
+        ToolError::LimitExceeded(_) => "limit_exceeded",
+        ToolError::Failed(_) => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn logged(access: Access, arguments: &Value) -> String {
+        LoggedArguments { access, arguments }.to_string()
+    }
+
+    #[test]
+    fn write_tool_arguments_are_logged_as_their_size_and_keys_only() {
+        let arguments = json!({"orderId": "88231", "reason": "private words"});
+        assert_eq!(
+            logged(Access::Write, &arguments),
+            "<redacted: 44 bytes; keys: orderId, reason>"
+        );
+        assert_eq!(
+            logged(Access::Write, &json!("private words")),
+            "<redacted: 15 bytes>"
+        );
+        assert_eq!(
+            logged(Access::Read, &arguments),
+            r#"{"orderId":"88231","reason":"private words"}"#
+        );
     }
 }

@@ -154,8 +154,8 @@ impl LlmClient {
     /// that fails once it has started is not retried, since its deltas have
     /// already been forwarded.
     ///
-    /// Emits a `llm_call` span with the model, attempts, latency, tokens and
-    /// finish reason.
+    /// Emits a `llm_call` span with the model, attempts, latency, tokens,
+    /// finish reason and outcome (`ok` or `error`).
     pub async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let config = &self.inner.config;
         let stream = request.stream.unwrap_or(config.stream);
@@ -171,6 +171,7 @@ impl LlmClient {
             completion_tokens = field::Empty,
             total_tokens = field::Empty,
             finish_reason = field::Empty,
+            outcome = field::Empty,
         );
         let started = Instant::now();
         let result = self
@@ -181,6 +182,7 @@ impl LlmClient {
         span.record("latency_ms", latency_ms);
         span.in_scope(|| match &result {
             Ok(response) => {
+                span.record("outcome", "ok");
                 self.inner.usage.record(response);
                 if let Some(usage) = response.usage {
                     span.record("prompt_tokens", usage.prompt_tokens);
@@ -196,7 +198,10 @@ impl LlmClient {
                     "LLM call succeeded"
                 );
             }
-            Err(error) => tracing::warn!(latency_ms, %error, "LLM call failed"),
+            Err(error) => {
+                span.record("outcome", "error");
+                tracing::warn!(latency_ms, %error, "LLM call failed");
+            }
         });
         result
     }

@@ -21,6 +21,8 @@ use skillhost::agent::llm::{ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy};
 use skillhost::tools::http::HttpToolConfig;
 
+use crate::cli::LogFormat;
+
 /// The whole file. Every section and key is optional; unknown keys are
 /// errors, so a typo never silently falls back to a default.
 #[derive(Debug, Default, Deserialize)]
@@ -48,6 +50,8 @@ pub struct ServerSection {
     pub request_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
     pub hot_reload: Option<bool>,
+    /// Read before logging starts, see [`super::ServeArgs::config_log_format`].
+    pub log_format: Option<LogFormat>,
 }
 
 /// `[agent]`.
@@ -79,6 +83,16 @@ struct LlmSection {
     base_url: Option<String>,
     /// The environment variable holding the key.
     api_key_env: Option<String>,
+}
+
+impl super::ServeArgs {
+    /// The config file's `[server] log_format`, read before logging starts.
+    /// A file that cannot be read or parsed gives `None`: `serve` reports
+    /// its error when it loads the file.
+    pub(in crate::cli) fn config_log_format(&self) -> Option<LogFormat> {
+        let path = self.config.as_ref()?;
+        ConfigFile::load(path).ok()?.server.log_format
+    }
 }
 
 impl ConfigFile {
@@ -158,6 +172,7 @@ mod tests {
         let agent = file.agent_config(None);
         assert!(agent.disclosure.keep_public.contains("queryOrder"));
         assert_eq!(file.tools.len(), 2);
+        assert_eq!(file.server.log_format, Some(LogFormat::Text));
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
     }
@@ -167,6 +182,16 @@ mod tests {
         let error = ConfigFile::parse("[server]\nlisen = \"127.0.0.1:1\"\n").unwrap_err();
         let text = format!("{error:#}");
         assert!(text.contains("lisen") && text.contains("line 2"), "{text}");
+    }
+
+    #[test]
+    fn a_log_format_other_than_text_or_json_is_an_error_naming_the_key() {
+        let error = ConfigFile::parse("[server]\nlog_format = \"xml\"\n").unwrap_err();
+        let text = format!("{error:#}");
+        assert!(
+            text.contains("log_format") && text.contains("json"),
+            "{text}"
+        );
     }
 
     #[test]

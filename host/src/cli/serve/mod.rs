@@ -19,7 +19,7 @@ use skillhost::tools::Tool;
 use skillhost::tools::demo::DemoDb;
 use skillhost::tools::http::HttpTool;
 
-use super::HostArgs;
+use super::{HostArgs, progress};
 use config::ConfigFile;
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
@@ -122,6 +122,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .agent_config(file.agent_config(args.keep_public.clone()))
         .llm_from_lookup(file.llm_lookup(env))
         .hot_reload(hot_reload)
+        .on_load_progress(progress::loading_skills())
         .build()
         .await
         .context("starting the host")?;

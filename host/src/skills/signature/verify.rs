@@ -120,6 +120,26 @@ impl TrustStore {
     }
 }
 
+/// The wasmsign2 key ids (hex, sorted, each once) of the signatures
+/// embedded in `bytes`, read without judging them: who claims to have
+/// signed, for display before or without a trust store. Fails as
+/// [`TrustStore::verify`] does on a file that is unsigned or whose
+/// signature section cannot be read.
+pub fn embedded_key_ids(bytes: &[u8]) -> Result<Vec<String>, SignatureError> {
+    let layout = layout::scan(bytes)?;
+    let signature = layout.signature.ok_or(SignatureError::Unsigned)?;
+    let data = parse_signature_data(&bytes[signature])?;
+    let mut key_ids: Vec<String> = data
+        .signed_hashes_set
+        .iter()
+        .flat_map(|set| &set.signatures)
+        .filter_map(|signature| signature.key_id.as_deref().map(hex::encode))
+        .collect();
+    key_ids.sort();
+    key_ids.dedup();
+    Ok(key_ids)
+}
+
 /// What one signature says about one trusted key.
 enum Judgement {
     /// The key signed exactly this content.

@@ -1,0 +1,167 @@
+//! What `skillhost ask` and `skillhost chat` share: the main agent built
+//! from the command line, lines read from stdin, and a run followed to its
+//! end with its write-tool confirmations answered.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+
+use skillhost::agent::catalog::DisclosureConfig;
+use skillhost::agent::llm::{LlmClient, LlmConfig};
+use skillhost::agent::{Agent, AgentConfig, AgentEvent, PendingConfirmation, RunHandle, RunOutput};
+
+use super::{HostArgs, LoadedHost};
+
+/// How the LLM is configured, for the commands' `--help`.
+pub const LLM_HELP: &str = "The LLM is any OpenAI-compatible chat-completions server: set \
+    SKILLHOST_MODEL (the model name), OPENAI_BASE_URL (the API root, default \
+    https://api.openai.com/v1; e.g. http://localhost:11434/v1 for Ollama) and OPENAI_API_KEY \
+    (when the server needs a key).\n\nA write tool waits for your approval: the run prints the \
+    confirmation's id, tool, arguments and summary and asks y/n on the terminal. --yes or --no \
+    answer every confirmation without asking, for scripts.";
+
+/// The main agent's settings, for `ask` and `chat`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// Approve every pending confirmation without asking.
+    #[arg(long, conflicts_with = "no")]
+    yes: bool,
+    /// Reject every pending confirmation without asking; the model is told.
+    #[arg(long)]
+    no: bool,
+    /// Tools the main agent keeps seeing even when skills absorb them,
+    /// comma-separated (article 003: queryOrder,searchKnowledge,getCurrentTime).
+    #[arg(
+        long,
+        value_name = "TOOL",
+        env = "SKILLHOST_KEEP_PUBLIC",
+        value_delimiter = ','
+    )]
+    keep_public: Vec<String>,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+impl AgentArgs {
+    /// The main agent over the skills directory and the demo tools, with the
+    /// LLM of the environment. Without an LLM it fails before loading any
+    /// skill, saying how to configure one: there is nothing to do without.
+    pub async fn agent(&self) -> anyhow::Result<Agent> {
+        let llm = LlmClient::new(LlmConfig::from_env()?)?;
+        let loaded = LoadedHost::load(&self.host).await?;
+        let config = AgentConfig {
+            disclosure: DisclosureConfig {
+                keep_public: self.keep_public.iter().cloned().collect(),
+                ..DisclosureConfig::default()
+            },
+            ..AgentConfig::default()
+        };
+        Ok(Agent::builder(Arc::new(loaded.skills))
+            .llm(llm)
+            .config(config)
+            .build())
+    }
+
+    /// How pending confirmations are answered: `--yes`, `--no`, or asked.
+    pub fn answerer(&self) -> Answerer {
+        if self.yes {
+            Answerer::Approve
+        } else if self.no {
+            Answerer::Reject
+        } else {
+            Answerer::Ask
+        }
+    }
+}
+
+/// Lines typed, or piped, on stdin.
+pub struct Input(Lines<BufReader<Stdin>>);
+
+impl Input {
+    pub fn stdin() -> Self {
+        Self(BufReader::new(tokio::io::stdin()).lines())
+    }
+
+    /// Shows `prompt` on stderr and reads one line; `None` at the end of
+    /// input.
+    pub async fn read_line(&mut self, prompt: &str) -> anyhow::Result<Option<String>> {
+        eprint!("{prompt}");
+        let line = self.0.next_line().await.context("reading stdin")?;
+        match &line {
+            None => eprintln!(),
+            // Piped lines are not echoed by a terminal: show them, so the
+            // transcript on stderr reads as a conversation.
+            Some(line) if !std::io::stdin().is_terminal() => eprintln!("{line}"),
+            Some(_) => {}
+        }
+        Ok(line)
+    }
+}
+
+/// How pending confirmations are answered.
+pub enum Answerer {
+    Approve,
+    Reject,
+    /// Ask y/n, reading the answer from stdin.
+    Ask,
+}
+
+impl Answerer {
+    /// Answers `pending`: `true` approves.
+    async fn decide(
+        &self,
+        pending: &PendingConfirmation,
+        input: &mut Input,
+    ) -> anyhow::Result<bool> {
+        match self {
+            Self::Approve => {
+                eprintln!("      approved (--yes)");
+                return Ok(true);
+            }
+            Self::Reject => {
+                eprintln!("      rejected (--no)");
+                return Ok(false);
+            }
+            Self::Ask => {}
+        }
+        let prompt = format!("      approve {}? [y/n] ", pending.tool);
+        loop {
+            let Some(line) = input.read_line(&prompt).await? else {
+                eprintln!("      no answer (end of input): rejected");
+                return Ok(false);
+            };
+            match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Ok(true),
+                "n" | "no" => return Ok(false),
+                _ => eprintln!("      answer y or n"),
+            }
+        }
+    }
+}
+
+/// Follows `run` to its end: hands each event to `show` as it happens and
+/// answers each pending confirmation with `answerer`.
+pub async fn follow(
+    agent: &Agent,
+    mut run: RunHandle<RunOutput>,
+    answerer: &Answerer,
+    input: &mut Input,
+    mut show: impl FnMut(&AgentEvent),
+) -> anyhow::Result<RunOutput> {
+    while let Some(event) = run.events.recv().await {
+        show(&event);
+        if let AgentEvent::ConfirmationPending(pending) = &event {
+            let id = pending.id.as_str();
+            // A refused answer means the confirmation is gone (expired); the
+            // run reports that itself.
+            let _ = if answerer.decide(pending, input).await? {
+                agent.confirmations().approve(id).map(drop)
+            } else {
+                agent.confirmations().reject(id, None).map(drop)
+            };
+        }
+    }
+    Ok(run.result().await?)
+}

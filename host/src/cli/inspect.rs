@@ -1,0 +1,327 @@
+//! `skillhost inspect`: what one skill file is, read as far as it can be.
+//!
+//! The digest, size and signature need only the bytes; the imports and
+//! exports need a compiled component; the manifest needs the component to
+//! link against the host and describe itself. Each step that fails stops
+//! the ones after it, and what was read before is still shown.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::Value;
+use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+
+use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, digest_of};
+use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
+use skillhost::tools::ToolRegistry;
+
+use super::scratch_tools;
+use super::sign::TrustArgs;
+
+/// `skillhost inspect`.
+#[derive(Debug, clap::Args)]
+#[command(
+    after_help = "The trust store is only consulted: a file signed by an unknown key, or \
+    unsigned, is still inspected (and the command succeeds). The manifest is checked against \
+    the demo tools, as `skillhost skills` would load the file.\n\nExits non-zero when the \
+    file is not a WebAssembly component, does not fit the skill world, or its manifest is \
+    invalid; what could be read is printed all the same."
+)]
+pub struct InspectArgs {
+    /// The skill component (.wasm) to inspect.
+    file: PathBuf,
+    #[command(flatten)]
+    trust: TrustArgs,
+    /// Print the report as one JSON object: file, size, digest, signature
+    /// {signed, key_ids, status, signers, reason}, imports and exports
+    /// [{name, kind}], manifest, error {kind, reason}; a part that could not
+    /// be read is null.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Everything read from the file.
+#[derive(Serialize)]
+struct Report {
+    file: PathBuf,
+    size: usize,
+    digest: String,
+    signature: SignatureReport,
+    imports: Option<Vec<Item>>,
+    exports: Option<Vec<Item>>,
+    manifest: Option<ManifestReport>,
+    error: Option<Problem>,
+}
+
+/// The manifest, as `skillhost skills --json` shows it, with the number of
+/// test cases and the length of the instructions.
+#[derive(Serialize)]
+struct ManifestReport {
+    name: String,
+    version: String,
+    description: String,
+    parameters: Value,
+    tools: Vec<String>,
+    unlocks: Vec<String>,
+    steps: bool,
+    test_cases: usize,
+    instructions_chars: usize,
+}
+
+/// The signature section and what the trust store makes of it.
+#[derive(Serialize)]
+struct SignatureReport {
+    /// The file carries a readable signature section.
+    signed: bool,
+    /// The wasmsign2 key ids the signatures name.
+    key_ids: Vec<String>,
+    /// `trusted`, one of [`SignatureError::kind`], or `no_trust_store`.
+    status: &'static str,
+    /// The trusted keys that signed the file, in trust-store order.
+    signers: Vec<Fingerprint>,
+    /// Why the file is not trusted.
+    reason: Option<String>,
+}
+
+/// One import or export of the component.
+#[derive(Serialize)]
+struct Item {
+    name: String,
+    kind: &'static str,
+}
+
+impl Item {
+    fn new(name: &str, item: &ComponentItem) -> Self {
+        let kind = match item {
+            ComponentItem::ComponentFunc(_) => "function",
+            ComponentItem::CoreFunc(_) => "core_function",
+            ComponentItem::Module(_) => "module",
+            ComponentItem::Component(_) => "component",
+            ComponentItem::ComponentInstance(_) => "instance",
+            ComponentItem::Type(_) => "type",
+            ComponentItem::Resource(_) => "resource",
+        };
+        Self {
+            name: name.to_owned(),
+            kind,
+        }
+    }
+}
+
+/// Why the file is not a usable skill.
+#[derive(Serialize)]
+struct Problem {
+    /// `not_a_component`, `compile`, `link` or `manifest`.
+    kind: &'static str,
+    reason: String,
+}
+
+pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
+    let bytes =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let mut report = Report {
+        file: args.file.clone(),
+        size: bytes.len(),
+        digest: digest_of(&bytes),
+        signature: signature_report(args, &bytes),
+        imports: None,
+        exports: None,
+        manifest: None,
+        error: None,
+    };
+    // Not the file's problems: these fail the command before it reports.
+    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the sandbox")?;
+    let tools = scratch_tools()?;
+    if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
+        report.error = Some(problem);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(match &report.error {
+        None => ExitCode::SUCCESS,
+        Some(problem) => {
+            eprintln!("error: {}: {}", args.file.display(), problem.reason);
+            ExitCode::FAILURE
+        }
+    })
+}
+
+fn signature_report(args: &InspectArgs, bytes: &[u8]) -> SignatureReport {
+    let key_ids = signature::embedded_key_ids(bytes);
+    let verified: Result<Verified, (&'static str, String)> = match &key_ids {
+        // Unsigned or unreadable: no trust store is needed to say so.
+        Err(error) => Err(refused(error)),
+        Ok(_) => match args.trust.store() {
+            Ok(store) => store.verify(bytes).map_err(|error| refused(&error)),
+            Err(error) => Err(("no_trust_store", format!("{error:#}"))),
+        },
+    };
+    let (status, signers, reason) = match verified {
+        Ok(verified) => ("trusted", verified.signers, None),
+        Err((status, reason)) => (status, Vec::new(), Some(reason)),
+    };
+    SignatureReport {
+        signed: key_ids.is_ok(),
+        key_ids: key_ids.unwrap_or_default(),
+        status,
+        signers,
+        reason,
+    }
+}
+
+fn refused(error: &SignatureError) -> (&'static str, String) {
+    (error.kind(), error.to_string())
+}
+
+/// Compiles the file, reads its imports and exports, then links it and
+/// reads its manifest (checked against `tools`), filling `report` as far
+/// as it gets.
+async fn read_skill(
+    runtime: &Runtime,
+    tools: &ToolRegistry,
+    bytes: &[u8],
+    report: &mut Report,
+) -> Result<(), Problem> {
+    check_preamble(bytes)?;
+    let component = {
+        let engine = runtime.engine().clone();
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+            .await
+            .map_err(|error| load_problem(&LoadError::Compile(error.to_string())))?
+            .map_err(|error| load_problem(&LoadError::Compile(format!("{error:#}"))))?
+    };
+    let engine = runtime.engine();
+    let component_type = component.component_type();
+    report.imports = Some(
+        component_type
+            .imports(engine)
+            .map(|(name, import)| Item::new(name, &import.ty))
+            .collect(),
+    );
+    report.exports = Some(
+        component_type
+            .exports(engine)
+            .map(|(name, export)| Item::new(name, &export.ty))
+            .collect(),
+    );
+    let skill = SkillComponent::from_component(runtime, &component, report.digest.clone(), tools)
+        .await
+        .map_err(|error| load_problem(&error))?;
+    let manifest = skill.manifest();
+    report.manifest = Some(ManifestReport {
+        name: manifest.name.to_string(),
+        version: manifest.version.to_string(),
+        description: manifest.description.clone(),
+        parameters: manifest.parameters.clone(),
+        tools: manifest.tools.clone(),
+        unlocks: manifest.unlocks.clone(),
+        steps: manifest.has_steps,
+        test_cases: manifest.test_cases.len(),
+        instructions_chars: skill.instructions().chars().count(),
+    });
+    Ok(())
+}
+
+/// Refuses, before compiling, what is plainly not a component: other
+/// files, and core modules (which need `wasm-tools component new` first).
+fn check_preamble(bytes: &[u8]) -> Result<(), Problem> {
+    let not_a_component = |reason: &str| Problem {
+        kind: "not_a_component",
+        reason: reason.to_owned(),
+    };
+    if !bytes.starts_with(b"\0asm") {
+        return Err(not_a_component(
+            "not a WebAssembly file: it does not start with `\\0asm`",
+        ));
+    }
+    match bytes.get(4..8) {
+        None => Err(not_a_component(
+            "truncated: shorter than the 8-byte WebAssembly preamble",
+        )),
+        // Version 1, layer 0: a core module.
+        Some([1, 0, 0, 0]) => Err(not_a_component(
+            "a core WebAssembly module, not a component: skills are components of the \
+             `skill` world (build for wasm32-wasip2, or wrap the module with \
+             `wasm-tools component new`)",
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+fn load_problem(error: &LoadError) -> Problem {
+    let kind = match error {
+        LoadError::Compile(_) => "compile",
+        LoadError::Link(_) => "link",
+        LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_) => {
+            "manifest"
+        }
+    };
+    Problem {
+        kind,
+        reason: error.to_string(),
+    }
+}
+
+fn print_report(report: &Report) {
+    println!("file:        {}", report.file.display());
+    println!("size:        {} bytes", report.size);
+    println!("digest:      {}", report.digest);
+    let signature = &report.signature;
+    if signature.signed {
+        let ids = if signature.key_ids.is_empty() {
+            "no key id".to_owned()
+        } else {
+            format!("key id {}", signature.key_ids.join(", "))
+        };
+        println!("signature:   signed ({ids})");
+    } else if signature.status == SignatureError::Unsigned.kind() {
+        println!("signature:   none");
+    } else {
+        println!("signature:   unreadable");
+    }
+    match &signature.reason {
+        None => {
+            let signers: Vec<String> = signature.signers.iter().map(ToString::to_string).collect();
+            println!("trust:       trusted: key {}", signers.join(", "));
+        }
+        Some(reason) => println!("trust:       NOT trusted: {reason}"),
+    }
+    for (title, items) in [("imports", &report.imports), ("exports", &report.exports)] {
+        let Some(items) = items else { continue };
+        println!("{title}:");
+        let width = items.iter().map(|item| item.name.len()).max().unwrap_or(0);
+        for item in items {
+            println!("  {:<width$}  {}", item.name, item.kind);
+        }
+    }
+    let Some(manifest) = &report.manifest else {
+        return;
+    };
+    let list = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    println!("manifest:");
+    println!("  name:         {}", manifest.name);
+    println!("  version:      {}", manifest.version);
+    println!("  description:  {}", manifest.description);
+    println!("  parameters:   {}", manifest.parameters);
+    println!("  tools:        {}", list(&manifest.tools));
+    println!("  unlocks:      {}", list(&manifest.unlocks));
+    println!(
+        "  steps:        {}",
+        if manifest.steps { "yes" } else { "no" }
+    );
+    println!("  test cases:   {}", manifest.test_cases);
+    println!("  instructions: {} characters", manifest.instructions_chars);
+}
