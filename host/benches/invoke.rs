@@ -1,11 +1,16 @@
 //! Warm invocation of `processRefund` against the floor, in one run.
 //!
-//! Floor: the `noop` test guest — instantiate from its `InstancePre`, call an
-//! export that returns at once. Measured: `processRefund`'s steps (two tool
-//! calls, argument validation, JSON both ways) with tools that return fixed
-//! JSON from memory, so the ratio isolates the host. `inquireOrderStatus`
-//! (two read calls) on the SQLite demo tools is printed beside it as the
-//! end-to-end figure.
+//! Floor: `processRefund` itself instantiated from its `InstancePre` in a
+//! fresh sandboxed store, which is then dropped (its memory reset for the
+//! next instance) — the fixed cost of every invocation of that skill. The
+//! skill world has no export that does nothing, so none is called; a call
+//! across the boundary adds a fraction of a microsecond. Beside it, the
+//! `noop` test guest's whole `run` (instantiate, validate `{}`, call an
+//! export that returns at once, parse its result): the cheapest complete
+//! invocation. Measured: `processRefund`'s steps (two tool calls, argument
+//! validation, JSON both ways) with tools that return fixed JSON from memory,
+//! so the ratio isolates the host. `inquireOrderStatus` (two read calls) on
+//! the SQLite demo tools is printed beside it as the end-to-end figure.
 //!
 //! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
 //! sample count).
@@ -67,23 +72,19 @@ struct Sample {
     p99: Duration,
 }
 
-async fn measure(
-    label: &'static str,
-    iterations: usize,
-    skill: &SkillComponent,
-    input: &Value,
-    tools: &Arc<dyn ToolDispatch>,
-) -> Sample {
+/// Times `invoke` over `iterations` samples after a tenth as many warm-ups.
+async fn measure<F, Fut>(label: &'static str, iterations: usize, mut invoke: F) -> Sample
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
     for _ in 0..iterations / 10 {
-        skill
-            .run(input, tools.clone())
-            .await
-            .expect("warm-up invocation");
+        invoke().await;
     }
     let mut times = Vec::with_capacity(iterations);
     for _ in 0..iterations {
         let started = Instant::now();
-        skill.run(input, tools.clone()).await.expect("invocation");
+        invoke().await;
         times.push(started.elapsed());
     }
     times.sort();
@@ -92,6 +93,11 @@ async fn measure(
         p50: times[iterations / 2],
         p99: times[iterations * 99 / 100],
     }
+}
+
+/// Runs `skill`'s steps on `input`, which must succeed.
+async fn run(skill: &SkillComponent, input: &Value, tools: &Arc<dyn ToolDispatch>) {
+    skill.run(input, tools.clone()).await.expect("invocation");
 }
 
 async fn load(runtime: &Runtime, tools: &ToolRegistry, path: &Path) -> SkillComponent {
@@ -137,19 +143,22 @@ fn main() {
         let input = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
 
         let floor = measure(
-            "floor: noop guest (instantiate + empty export)",
+            "floor: processRefund instantiated, store dropped",
             iterations,
-            &noop,
-            &json!({}),
-            &fixed,
+            || async { refund.instantiate_only().await.expect("instantiation") },
+        )
+        .await;
+        let empty = json!({});
+        let noop_run = measure(
+            "noop guest: whole run of an empty export",
+            iterations,
+            || run(&noop, &empty, &fixed),
         )
         .await;
         let steps = measure(
             "processRefund steps, fixed in-memory tools",
             iterations,
-            &refund,
-            &input,
-            &fixed,
+            || run(&refund, &input, &fixed),
         )
         .await;
         // A refund writes once and is then refused, so the end-to-end
@@ -161,18 +170,17 @@ fn main() {
         )
         .await;
         let demo_dispatch: Arc<dyn ToolDispatch> = demo_tools.clone();
+        let order = json!({"orderId": "88231"});
         let end_to_end = measure(
             "inquireOrderStatus steps, SQLite demo tools",
             iterations,
-            &inquire,
-            &json!({"orderId": "88231"}),
-            &demo_dispatch,
+            || run(&inquire, &order, &demo_dispatch),
         )
         .await;
 
         println!("warm invocation, {iterations} samples each");
         println!("{:<52} {:>10} {:>10} {:>8}", "", "p50", "p99", "p50/floor");
-        for sample in [&floor, &steps, &end_to_end] {
+        for sample in [&floor, &noop_run, &steps, &end_to_end] {
             println!(
                 "{:<52} {:>8.1}µs {:>8.1}µs {:>8.2}x",
                 sample.label,

@@ -61,6 +61,8 @@ pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT};
 pub use confirm::{ConfirmError, ConfirmationId, Confirmations, PendingConfirmation};
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
-pub use run::{Decision, Finished, RunHandle, RunOutput, RunStats, SkillOutput};
+pub use run::{
+    Decision, Finished, RunHandle, RunObserver, RunOutput, RunStats, RunTracker, SkillOutput,
+};
 pub use service::{Agent, AgentBuilder, AgentError};
 pub use transcript::{Compaction, Transcript};

@@ -197,6 +197,14 @@ impl CallOutcome {
     }
 }
 
+/// Sees each event of one run as it is emitted, before the run's reader
+/// does. Runs on the emitting task: keep it short and never block.
+pub type RunTracker = Box<dyn FnMut(&AgentEvent) + Send>;
+
+/// Makes the [`RunTracker`] of each run as it starts (see
+/// [`AgentBuilder::observe_runs`](super::AgentBuilder::observe_runs)).
+pub type RunObserver = Arc<dyn Fn(&RunId) -> RunTracker + Send + Sync>;
+
 /// The state one run shares between its main loop, its sub-agents and its
 /// skills' tool dispatch.
 pub(super) struct RunContext {
@@ -208,6 +216,7 @@ pub(super) struct RunContext {
     /// Stream LLM calls and report their text as [`AgentEvent::TextDelta`].
     stream: bool,
     events: mpsc::UnboundedSender<AgentEvent>,
+    tracker: Option<Mutex<RunTracker>>,
     stats: Mutex<RunStats>,
 }
 
@@ -221,20 +230,30 @@ impl RunContext {
         let (events, receiver) = mpsc::unbounded_channel();
         let snapshot = agent.skills.snapshot();
         let catalog = agent.catalog_for(&snapshot);
+        let id = RunId::random();
+        let tracker = agent
+            .observer
+            .as_ref()
+            .map(|observe| Mutex::new(observe(&id)));
         let run = Self {
-            id: RunId::random(),
+            id,
             agent,
             snapshot,
             catalog,
             stream,
             events,
+            tracker,
             stats: Mutex::default(),
         };
         (Arc::new(run), receiver)
     }
 
-    /// Reports an event. Nobody listening is fine.
+    /// Reports an event: to the run's tracker at once, then to its reader.
+    /// Nobody reading is fine.
     pub(super) fn emit(&self, event: AgentEvent) {
+        if let Some(tracker) = &self.tracker {
+            (tracker.lock().unwrap_or_else(PoisonError::into_inner))(&event);
+        }
         let _ = self.events.send(event);
     }
 

@@ -10,7 +10,7 @@ use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
-use super::run::{RunContext, RunHandle, RunOutput, SkillOutput};
+use super::run::{RunContext, RunHandle, RunObserver, RunOutput, SkillOutput};
 use super::skill;
 use super::transcript::Transcript;
 use crate::runtime::InvokeError;
@@ -80,6 +80,7 @@ pub(super) struct AgentInner {
     pub(super) tools: Arc<ToolRegistry>,
     pub(super) config: AgentConfig,
     pub(super) confirmations: Confirmations,
+    pub(super) observer: Option<RunObserver>,
     /// The catalog of the latest snapshot a run started on.
     catalog: Mutex<Option<(Arc<SkillSnapshot>, Arc<Catalog>)>>,
 }
@@ -123,6 +124,7 @@ pub struct AgentBuilder {
     tools: Option<Arc<ToolRegistry>>,
     llm: Option<LlmClient>,
     config: AgentConfig,
+    observer: Option<RunObserver>,
 }
 
 impl AgentBuilder {
@@ -149,6 +151,15 @@ impl AgentBuilder {
         self
     }
 
+    /// Watches every run: `observer` is called as each run starts and
+    /// returns the function that sees that run's events, in order, as they
+    /// are emitted (metrics, host-wide event streams). It runs on the run's
+    /// own task, so observing costs no task or channel per run.
+    pub fn observe_runs(mut self, observer: RunObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// The agent.
     pub fn build(self) -> Agent {
         Agent {
@@ -158,6 +169,7 @@ impl AgentBuilder {
                 skills: self.skills,
                 config: self.config,
                 confirmations: Confirmations::default(),
+                observer: self.observer,
                 catalog: Mutex::new(None),
             }),
         }
@@ -174,6 +186,7 @@ impl Agent {
             tools: None,
             llm: None,
             config: AgentConfig::default(),
+            observer: None,
         }
     }
 

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 
 use super::metrics::HostMetrics;
 use crate::agent::{
-    AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunHandle, RunId,
+    AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
     SkillPath,
 };
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
@@ -110,24 +110,15 @@ impl Observers {
         self.publish(HostEvent::Reload(event));
     }
 
-    /// Puts an observer between the run of `handle` and its reader: the
-    /// caller reads the same events, in order, from `handle.events`.
-    pub(super) fn observe<T>(self: &Arc<Self>, handle: &mut RunHandle<T>) {
-        let (forward, events) = mpsc::unbounded_channel();
-        let mut source = std::mem::replace(&mut handle.events, events);
-        let mut tracker = RunTracker {
+    /// The tracker of the run `run`, for [`AgentBuilder::observe_runs`](crate::agent::AgentBuilder::observe_runs).
+    pub(super) fn track(self: &Arc<Self>, run: &RunId) -> RunTracker {
+        let mut tracker = RunTracking {
             observers: self.clone(),
-            run: handle.id.clone(),
+            run: run.clone(),
             skill: None,
             waiting_since: None,
         };
-        tokio::spawn(async move {
-            while let Some(event) = source.recv().await {
-                tracker.observe(&event);
-                // The caller may have stopped reading; the run goes on.
-                let _ = forward.send(event);
-            }
-        });
+        Box::new(move |event| tracker.observe(event))
     }
 }
 
@@ -156,7 +147,7 @@ struct SkillInFlight {
 }
 
 /// Follows one run's events.
-struct RunTracker {
+struct RunTracking {
     observers: Arc<Observers>,
     run: RunId,
     /// A run invokes skills one at a time (calls execute in order).
@@ -164,7 +155,7 @@ struct RunTracker {
     waiting_since: Option<Instant>,
 }
 
-impl RunTracker {
+impl RunTracking {
     fn observe(&mut self, event: &AgentEvent) {
         let observers = &*self.observers;
         match event {

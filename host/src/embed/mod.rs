@@ -34,8 +34,8 @@
 //! ```
 //!
 //! A [`SkillHost`] is cheap to clone; clones share everything. Hot reload
-//! (on unless [`SkillHostBuilder::hot_reload`] turns it off) and the event
-//! observers stop when the last clone is dropped. The HTTP gateway
+//! (on unless [`SkillHostBuilder::hot_reload`] turns it off) and the
+//! forwarding of reload events stop when the last clone is dropped. The HTTP gateway
 //! ([`crate::gateway`]) is built on this API and nothing else.
 
 mod events;
@@ -273,7 +273,10 @@ impl SkillHostBuilder {
         } else {
             None
         };
-        let mut agent = Agent::builder(skills.clone()).config(self.agent);
+        let tracked = observers.clone();
+        let mut agent = Agent::builder(skills.clone())
+            .config(self.agent)
+            .observe_runs(Arc::new(move |run| tracked.track(run)));
         if let Ok(llm) = &llm {
             agent = agent.llm(llm.clone());
         }
@@ -342,16 +345,12 @@ impl SkillHost {
     /// does not match its parameters ([`AgentError::InvalidInput`]). Writes
     /// that need approval wait for [`SkillHost::approve`].
     pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
-        let mut run = self.inner.agent.start_skill(name, input)?;
-        self.inner.observers.observe(&mut run);
-        Ok(run)
+        self.inner.agent.start_skill(name, input)
     }
 
     /// Runs the main agent on a conversation (see [`Agent::start`]).
     pub fn chat(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
-        let mut run = self.inner.agent.start(messages)?;
-        self.inner.observers.observe(&mut run);
-        Ok(run)
+        self.inner.agent.start(messages)
     }
 
     /// Like [`SkillHost::chat`], reporting the model's text as it is
@@ -360,9 +359,7 @@ impl SkillHost {
         &self,
         messages: Vec<Message>,
     ) -> Result<RunHandle<RunOutput>, AgentError> {
-        let mut run = self.inner.agent.start_streaming(messages)?;
-        self.inner.observers.observe(&mut run);
-        Ok(run)
+        self.inner.agent.start_streaming(messages)
     }
 
     /// Approves the pending confirmation `id`: the call runs with the

@@ -176,6 +176,24 @@ impl SkillComponent {
         result
     }
 
+    /// Instantiates the skill in a fresh sandboxed store and drops it,
+    /// calling nothing: the fixed cost of every invocation, which the invoke
+    /// benchmark measures as its floor. Not for serving.
+    #[doc(hidden)]
+    pub async fn instantiate_only(&self) -> Result<(), InvokeError> {
+        let state = HostState::new(
+            self.name().clone(),
+            self.inner.allowed_tools.clone(),
+            Arc::new(ToolRegistry::new()),
+            self.inner.runtime.config().limits,
+        );
+        let mut store = sandboxed_store(self.inner.runtime.engine(), state);
+        match self.inner.pre.instantiate_async(&mut store).await {
+            Ok(_) => Ok(()),
+            Err(trap) => Err(store.data_mut().classify_trap(&trap)),
+        }
+    }
+
     /// The invocation itself, for [`Self::run_with_limits`].
     async fn invoke(
         &self,
