@@ -8,12 +8,13 @@
 //! own — with an answer, an error, or a declined confirmation once it
 //! expires. [`RunHandle::abort`] stops it early.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 
 use super::AgentError;
@@ -93,7 +94,34 @@ pub struct RunHandle<T> {
     /// when the run ends.
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
     confirmations: Confirmations,
+    milestones: Arc<Milestones>,
     task: JoinHandle<Result<T, AgentError>>,
+}
+
+/// Tells a run's holder that the run needs it: a confirmation is pending or
+/// the run has ended. Lets a holder that reads no event as it comes sleep
+/// through the rest (see [`RunHandle::settle`]).
+#[derive(Default)]
+pub(super) struct Milestones {
+    notify: Notify,
+    ended: AtomicBool,
+}
+
+impl Milestones {
+    fn reached(&self) {
+        // A permit is stored when nobody waits yet: no wake-up is lost.
+        self.notify.notify_one();
+    }
+}
+
+/// Marks the run ended when its task finishes, panics or is aborted.
+struct EndOfRun(Arc<Milestones>);
+
+impl Drop for EndOfRun {
+    fn drop(&mut self) {
+        self.0.ended.store(true, Ordering::Release);
+        self.0.reached();
+    }
 }
 
 impl<T: Send + 'static> RunHandle<T> {
@@ -105,12 +133,35 @@ impl<T: Send + 'static> RunHandle<T> {
     where
         F: Future<Output = Result<T, AgentError>> + Send + 'static,
     {
+        let end = EndOfRun(run.milestones.clone());
         Self {
             id: run.id.clone(),
             confirmations: run.agent.confirmations.clone(),
             events,
-            task: tokio::spawn(body),
+            milestones: run.milestones.clone(),
+            task: tokio::spawn(async move {
+                let _end = end;
+                body.await
+            }),
         }
+    }
+
+    /// Sleeps until the run reaches its next milestone — a confirmation is
+    /// pending, or the run has ended — without waking for the events in
+    /// between: they stay queued in [`RunHandle::events`]. For holders that
+    /// need only the outcome; a holder that shows events as they come reads
+    /// `events` instead. May return once more for a milestone already seen:
+    /// callers look at `events` and [`RunHandle::has_ended`] and settle again.
+    pub async fn settle(&self) {
+        if !self.has_ended() {
+            self.milestones.notify.notified().await;
+        }
+    }
+
+    /// Whether the run's task is over (finished, failed or aborted). Its
+    /// last events may still be queued in [`RunHandle::events`].
+    pub fn has_ended(&self) -> bool {
+        self.milestones.ended.load(Ordering::Acquire)
     }
 
     /// Waits for the run to end and returns its result.
@@ -216,6 +267,7 @@ pub(super) struct RunContext {
     /// Stream LLM calls and report their text as [`AgentEvent::TextDelta`].
     stream: bool,
     events: mpsc::UnboundedSender<AgentEvent>,
+    milestones: Arc<Milestones>,
     tracker: Option<Mutex<RunTracker>>,
     stats: Mutex<RunStats>,
 }
@@ -242,6 +294,7 @@ impl RunContext {
             catalog,
             stream,
             events,
+            milestones: Arc::default(),
             tracker,
             stats: Mutex::default(),
         };
@@ -254,7 +307,11 @@ impl RunContext {
         if let Some(tracker) = &self.tracker {
             (tracker.lock().unwrap_or_else(PoisonError::into_inner))(&event);
         }
+        let milestone = matches!(event, AgentEvent::ConfirmationPending(_));
         let _ = self.events.send(event);
+        if milestone {
+            self.milestones.reached();
+        }
     }
 
     /// LLM calls and tokens so far.

@@ -142,7 +142,7 @@ async fn complete_chat(
     mount: &Mount,
 ) -> Result<Response, ApiError> {
     let ChatRun { run, meta } = chat;
-    match run.advance(|_| {}).await {
+    match run.settle().await {
         Progress::Finished { result, usage } => {
             let output = result?;
             Ok(Json(openai::completion(

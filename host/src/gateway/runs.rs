@@ -23,7 +23,7 @@ pub struct OwnedRun<T: Send + 'static> {
     usage: Usage,
 }
 
-/// Where a run stands after [`OwnedRun::advance`].
+/// Where a run stands after [`OwnedRun::advance`] or [`OwnedRun::settle`].
 pub enum Progress<T: Send + 'static> {
     /// The run ended.
     Finished {
@@ -58,28 +58,46 @@ impl<T: Send + 'static> OwnedRun<T> {
     /// Reads the run's events, showing each to `on_event`, until it waits
     /// for a person or ends.
     pub async fn advance(mut self, mut on_event: impl FnMut(&AgentEvent)) -> Progress<T> {
-        let Some(handle) = self.handle.as_mut() else {
-            return Progress::Finished {
-                result: Err(AgentError::Aborted("the run was already finished".into())),
-                usage: self.usage,
+        while let Some(handle) = self.handle.as_mut() {
+            let Some(event) = handle.events.recv().await else {
+                break;
             };
-        };
-        while let Some(event) = handle.events.recv().await {
-            if let AgentEvent::Usage { usage, .. } = &event {
-                self.usage.prompt_tokens += usage.prompt_tokens;
-                self.usage.completion_tokens += usage.completion_tokens;
-                self.usage.total_tokens += usage.total_tokens;
-            }
-            on_event(&event);
-            if let AgentEvent::ConfirmationPending(pending) = event {
+            if let Some(pending) = take(&mut self.usage, event, &mut on_event) {
                 return Progress::Pending { run: self, pending };
             }
         }
-        let handle = self.handle.take().expect("checked above");
-        Progress::Finished {
-            result: handle.result().await,
-            usage: self.usage,
+        self.finish().await
+    }
+
+    /// Like [`OwnedRun::advance`] with nothing to show: sleeps through the
+    /// run's events and wakes only when it waits for a person or ends
+    /// ([`RunHandle::settle`]), which spares a wake-up per event.
+    pub async fn settle(mut self) -> Progress<T> {
+        while let Some(handle) = self.handle.as_mut() {
+            // Looked at before reading: every event of an ended run is
+            // queued by the time it is marked ended.
+            let ended = handle.has_ended();
+            while let Ok(event) = handle.events.try_recv() {
+                if let Some(pending) = take(&mut self.usage, event, &mut |_| {}) {
+                    return Progress::Pending { run: self, pending };
+                }
+            }
+            if ended {
+                break;
+            }
+            handle.settle().await;
         }
+        self.finish().await
+    }
+
+    /// The run's result, once its events are read.
+    async fn finish(mut self) -> Progress<T> {
+        let usage = self.usage;
+        let result = match self.handle.take() {
+            Some(handle) => handle.result().await,
+            None => Err(AgentError::Aborted("the run was already finished".into())),
+        };
+        Progress::Finished { result, usage }
     }
 
     /// Lets the run go on without anyone holding it: it ends on its own.
@@ -93,6 +111,25 @@ impl<T: Send + 'static> Drop for OwnedRun<T> {
         if let Some(handle) = &self.handle {
             handle.abort();
         }
+    }
+}
+
+/// Adds `event`'s tokens to `usage` and shows it to `on_event`; returns the
+/// confirmation it announces, if it does.
+fn take(
+    usage: &mut Usage,
+    event: AgentEvent,
+    on_event: &mut impl FnMut(&AgentEvent),
+) -> Option<PendingConfirmation> {
+    if let AgentEvent::Usage { usage: used, .. } = &event {
+        usage.prompt_tokens += used.prompt_tokens;
+        usage.completion_tokens += used.completion_tokens;
+        usage.total_tokens += used.total_tokens;
+    }
+    on_event(&event);
+    match event {
+        AgentEvent::ConfirmationPending(pending) => Some(pending),
+        _ => None,
     }
 }
 

@@ -92,7 +92,7 @@ pub async fn finish_invocation(
         "version": skill.version,
         "digest": skill.digest,
     });
-    match run.advance(|_| {}).await {
+    match run.settle().await {
         Progress::Finished { result, usage } => {
             let SkillOutput { outcome, .. } = result?;
             match outcome {
