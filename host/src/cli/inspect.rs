@@ -11,10 +11,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde::Serialize;
 use serde_json::Value;
-use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
-use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, digest_of};
+use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, compile, digest_of};
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
 
@@ -189,14 +188,9 @@ async fn read_skill(
     report: &mut Report,
 ) -> Result<(), Problem> {
     check_preamble(bytes)?;
-    let component = {
-        let engine = runtime.engine().clone();
-        let bytes = bytes.to_vec();
-        tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-            .await
-            .map_err(|error| load_problem(&LoadError::Compile(error.to_string())))?
-            .map_err(|error| load_problem(&LoadError::Compile(format!("{error:#}"))))?
-    };
+    let component = compile(runtime, bytes.to_vec())
+        .await
+        .map_err(|error| load_problem(&error))?;
     let engine = runtime.engine();
     let component_type = component.component_type();
     report.imports = Some(

@@ -6,6 +6,7 @@ use std::time::Instant;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tracing::{Instrument, Span, field};
+use wasmtime::Store;
 use wasmtime::component::Component;
 
 use super::Runtime;
@@ -64,12 +65,8 @@ impl SkillComponent {
         bytes: Vec<u8>,
         tools: &ToolRegistry,
     ) -> Result<Self, LoadError> {
-        let engine = runtime.engine().clone();
         let digest = digest_of(&bytes);
-        let component = tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-            .await
-            .map_err(|e| LoadError::Compile(e.to_string()))?
-            .map_err(|e| LoadError::Compile(format!("{e:#}")))?;
+        let component = compile(runtime, bytes).await?;
         Self::from_component(runtime, &component, digest, tools).await
     }
 
@@ -181,17 +178,23 @@ impl SkillComponent {
     /// benchmark measures as its floor. Not for serving.
     #[doc(hidden)]
     pub async fn instantiate_only(&self) -> Result<(), InvokeError> {
-        let state = HostState::new(
-            self.name().clone(),
-            self.inner.allowed_tools.clone(),
-            Arc::new(ToolRegistry::new()),
-            self.inner.runtime.config().limits,
-        );
-        let mut store = sandboxed_store(self.inner.runtime.engine(), state);
+        let limits = self.inner.runtime.config().limits;
+        let mut store = self.store(Arc::new(ToolRegistry::new()), limits);
         match self.inner.pre.instantiate_async(&mut store).await {
             Ok(_) => Ok(()),
             Err(trap) => Err(store.data_mut().classify_trap(&trap)),
         }
+    }
+
+    /// A fresh sandboxed store for one instance of this skill.
+    fn store(&self, dispatch: Arc<dyn ToolDispatch>, limits: Limits) -> Store<HostState> {
+        let state = HostState::new(
+            self.name().clone(),
+            self.inner.allowed_tools.clone(),
+            dispatch,
+            limits,
+        );
+        sandboxed_store(self.inner.runtime.engine(), state)
     }
 
     /// The invocation itself, for [`Self::run_with_limits`].
@@ -207,13 +210,7 @@ impl SkillComponent {
         }
         self.validate_input(input)?;
         let started = Instant::now();
-        let state = HostState::new(
-            skill.clone(),
-            self.inner.allowed_tools.clone(),
-            dispatch,
-            limits,
-        );
-        let mut store = sandboxed_store(self.inner.runtime.engine(), state);
+        let mut store = self.store(dispatch, limits);
         let result = async {
             let instance = self.inner.pre.instantiate_async(&mut store).await?;
             instance.call_run(&mut store, &json_text(input)).await
@@ -285,6 +282,15 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
         // own text; the outcome says enough.
         _ => {}
     }
+}
+
+/// Compiles `bytes` into a component off the async executor.
+pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, LoadError> {
+    let engine = runtime.engine().clone();
+    tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
+        .await
+        .map_err(|e| LoadError::Compile(e.to_string()))?
+        .map_err(|e| LoadError::Compile(format!("{e:#}")))
 }
 
 /// Reads the manifest and instructions from a fresh, sandboxed instance. A

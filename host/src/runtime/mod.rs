@@ -21,7 +21,7 @@ use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
 };
 
-pub use component::{LoadError, SkillComponent, digest_of};
+pub use component::{LoadError, SkillComponent, compile, digest_of};
 pub use host::{InvokeError, RunOutcome, RunReport, ToolCallRecord, ToolDispatch};
 pub use limits::{Limit, Limits};
 
