@@ -23,6 +23,7 @@ use skillhost::skills::{
 
 use skillhost::tools::ToolRegistry;
 
+use crate::support::configmap::ConfigMapVolume;
 use crate::support::fixtures::{DemoHost, fixture};
 use crate::support::signing::{demo_policy, signed, unsigned};
 
@@ -55,7 +56,11 @@ impl Watched {
         for (name, bytes) in files {
             std::fs::write(dir.path().join(name), bytes).unwrap();
         }
-        let host = DemoHost::new();
+        Self::start_in(dir, DemoHost::new(), policy).await
+    }
+
+    /// Loads `dir` as it is on `host` under `policy` and starts watching it.
+    async fn start_in(dir: tempfile::TempDir, host: DemoHost, policy: SignaturePolicy) -> Self {
         let registry =
             SkillRegistry::load_dir(host.runtime.clone(), host.tools.clone(), policy, dir.path())
                 .await
@@ -490,4 +495,216 @@ async fn a_warm_start_loads_every_skill_from_the_compilation_cache() {
         (2, 0),
         "a warm start compiles nothing"
     );
+}
+
+// Kubernetes ConfigMap and Secret volumes (and other atomic-swap deployments):
+// the `*.wasm` entries are links through `..data`, and an update swaps
+// `..data` to a new timestamped directory. No event names a `*.wasm` whose
+// content changed; the watcher rescans.
+
+fn noop() -> Vec<u8> {
+    std::fs::read(fixture("noop")).unwrap()
+}
+
+/// The version the registry reports for the `noop` fixture.
+fn noop_version() -> Option<SkillVersion> {
+    Some(SkillVersion {
+        name: SkillName::new("noop").unwrap(),
+        version: "0.1.0".to_owned(),
+        digest: digest_of(&noop()),
+    })
+}
+
+/// A watched ConfigMap-style volume holding `files`, on a runtime with a
+/// compilation cache so that the test can count compiles, once the watcher
+/// has settled. The cache directory must outlive the test's use of the
+/// registry.
+async fn configmap(files: &[(&str, &[u8])]) -> (Watched, ConfigMapVolume, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = ConfigMapVolume::create(dir.path(), files);
+    let cache = tempfile::tempdir().unwrap();
+    let mut host = DemoHost::new();
+    host.runtime = Runtime::new(RuntimeConfig {
+        max_concurrent_instances: 64,
+        cache_dir: Some(cache.path().to_owned()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let mut watched = Watched::start_in(dir, host, demo_policy()).await;
+    // The watcher's first rescan is over before the test changes anything:
+    // it would pick up a change made meanwhile on its own.
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    (watched, volume, cache)
+}
+
+impl Watched {
+    /// Components compiled so far (taken from the compilation cache or not):
+    /// every load that got past signature verification.
+    fn compiles(&self) -> usize {
+        let stats = self.registry.runtime().cache_stats().expect("a cache");
+        stats.hits + stats.misses
+    }
+
+    /// Waits until the watcher has synced everything it was asked to before
+    /// this call, and returns the events broadcast meanwhile: a file the
+    /// watcher syncs only after that is written, refused and removed.
+    async fn settle(&mut self) -> Vec<ReloadEvent> {
+        let marker = self.path("zz-settle.wasm");
+        let mut seen = Vec::new();
+        std::fs::write(&marker, b"not a component").unwrap();
+        let wait = async {
+            loop {
+                let event = self.events.recv().await.expect("the event stream");
+                if event.path == marker {
+                    return event;
+                }
+                seen.push(event);
+            }
+        };
+        let event = tokio::time::timeout(PATIENCE, wait)
+            .await
+            .expect("the marker's event");
+        assert_rejected(&event, FailureKind::Signature, "malformed");
+        std::fs::remove_file(&marker).unwrap();
+        assert_eq!(
+            self.event_for(&marker).await.outcome,
+            ReloadOutcome::Unloaded
+        );
+        seen
+    }
+}
+
+#[tokio::test]
+async fn a_configmap_volume_loads_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let _volume = ConfigMapVolume::create(
+        dir.path(),
+        &[("versioned.wasm", &v1()), ("noop.wasm", &noop())],
+    );
+    // Hidden files are never skills, whatever their name ends in.
+    std::fs::write(dir.path().join(".stray.wasm"), v2()).unwrap();
+    let mut watched = Watched::start_in(dir, DemoHost::new(), demo_policy()).await;
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.len(), 2);
+    assert_eq!(snapshot.failures().count(), 0);
+    // Skills keep the path of the link, not of the timestamped directory.
+    let versioned = snapshot.get("versioned").unwrap();
+    assert_eq!(versioned.path, watched.path("versioned.wasm"));
+    assert_eq!(versioned.component.digest(), digest_of(&v1()));
+    assert!(versioned.signer.is_some());
+    assert_eq!(
+        snapshot.get("noop").unwrap().path,
+        watched.path("noop.wasm")
+    );
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    // The watcher's first rescan changes nothing.
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.registry.snapshot().len(), 2);
+}
+
+#[tokio::test]
+async fn a_configmap_swap_replaces_the_version_without_a_restart() {
+    let (mut watched, mut volume, _cache) =
+        configmap(&[("versioned.wasm", &v1()), ("noop.wasm", &noop())]).await;
+    let path = watched.path("versioned.wasm");
+    assert_eq!(watched.compiles(), 2);
+    // Taken before the swap: an invocation that has started.
+    let before = watched.registry.get("versioned").unwrap();
+    volume.update(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert_eq!(run_version(&before, &watched.host.tools).await, "1.0.0");
+    // The unchanged file was read and hashed, not compiled again.
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.compiles(), 3, "only the changed file compiles");
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.len(), 2);
+    assert_eq!(snapshot.failures().count(), 0);
+    assert_eq!(snapshot.get("versioned").unwrap().path, path);
+}
+
+#[tokio::test]
+async fn a_configmap_swap_that_drops_a_file_unloads_its_skill() {
+    let (mut watched, mut volume, _cache) =
+        configmap(&[("versioned.wasm", &v1()), ("noop.wasm", &noop())]).await;
+    let path = watched.path("noop.wasm");
+    volume.update(&[("versioned.wasm", &v1())]);
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unloaded);
+    assert_eq!(event.old, noop_version());
+    assert_eq!(event.new, None);
+    assert!(watched.registry.get("noop").is_none());
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.compiles(), 2);
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.len(), 1);
+    assert_eq!(snapshot.failures().count(), 0);
+}
+
+#[tokio::test]
+async fn a_configmap_swap_that_adds_a_file_loads_its_skill() {
+    let (mut watched, mut volume, _cache) = configmap(&[("versioned.wasm", &v1())]).await;
+    let path = watched.path("noop.wasm");
+    assert!(watched.registry.get("noop").is_none());
+    volume.update(&[("versioned.wasm", &v1()), ("noop.wasm", &noop())]);
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, None);
+    assert_eq!(event.new, noop_version());
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.get("noop").unwrap().path, path);
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.compiles(), 2, "versioned is not compiled again");
+}
+
+#[tokio::test]
+async fn a_configmap_swap_to_a_bad_component_keeps_the_old_version_serving() {
+    let (mut watched, mut volume, _cache) =
+        configmap(&[("versioned.wasm", &v1()), ("noop.wasm", &noop())]).await;
+    let path = watched.path("versioned.wasm");
+    let mut tampered = v2();
+    let middle = tampered.len() / 2;
+    tampered[middle] ^= 0x01;
+    let bad_updates = [
+        (tampered, "tampered"),
+        (b"garbage, not WebAssembly".to_vec(), "malformed"),
+    ];
+    for (bytes, words) in bad_updates {
+        volume.update(&[("versioned.wasm", &bytes), ("noop.wasm", &noop())]);
+        let event = watched.event_for(&path).await;
+        assert_rejected(&event, FailureKind::Signature, words);
+        assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+        assert_eq!(event.new, event.old, "the old version keeps serving");
+        assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+        let snapshot = watched.registry.snapshot();
+        let failure = snapshot
+            .failure_for_skill("versioned")
+            .expect("the failure is recorded");
+        assert_eq!(failure.path, path);
+        assert_eq!(failure.kind, FailureKind::Signature);
+        assert_eq!(failure.digest, Some(digest_of(&bytes)));
+        assert!(snapshot.get("noop").is_some());
+    }
+    // Refused before compiling; the unchanged noop is not compiled either.
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.compiles(), 2);
+    // A good update afterwards loads and clears the failure.
+    volume.update(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+pub mod configmap;
 pub mod fixtures;
 pub mod scripted_llm;
 pub mod signing;

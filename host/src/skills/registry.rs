@@ -15,7 +15,8 @@
 //! - New content that loads replaces what the file provided before, in one
 //!   swap. Content that fails is recorded as the file's [`LoadFailure`]
 //!   (`kind`, `reason`, digest) and the file's previous version keeps
-//!   serving. A missing file unloads its skill.
+//!   serving. A missing file (or a symlink that leads nowhere) unloads its
+//!   skill.
 //! - A skill name belongs to one file. Content declaring a name another file
 //!   holds is refused ([`FailureKind::NameTaken`]) and loads on its own as
 //!   soon as the name is free (the holder is deleted or renamed). When the
@@ -326,7 +327,7 @@ pub enum RegistryError {
 pub struct LoadProgress {
     /// Files loaded or refused so far.
     pub done: usize,
-    /// `*.wasm` files in the directory.
+    /// Skill files in the directory.
     pub total: usize,
 }
 
@@ -398,8 +399,9 @@ impl SkillRegistry {
         }
     }
 
-    /// Loads every `*.wasm` in `dir`, as many at a time as there are cores
-    /// (each compile runs off the async executor). Files that fail are
+    /// Loads every skill file in `dir` ([`is_skill_file`]: `*.wasm`, not
+    /// hidden; a symlink is read through), as many at a time as there are
+    /// cores (each compile runs off the async executor). Files that fail are
     /// reported in the snapshot's failures; the others load. Of two files
     /// declaring the same skill name, the first by path wins.
     pub async fn load_dir(
@@ -717,12 +719,20 @@ fn rejected(failure: &LoadFailure) -> ReloadOutcome {
     }
 }
 
-/// Whether `path` names a skill component file (`*.wasm`).
+/// Whether `path` names a skill component file: `*.wasm`, not hidden.
+/// Hidden entries (names starting with `.`) are never skills: temporary
+/// files written before a rename into place (`.x.wasm.tmp`), and the
+/// `..<timestamp>` directories of a Kubernetes ConfigMap or Secret volume,
+/// whose files are reached through the top-level links (see the watcher).
 pub fn is_skill_file(path: &Path) -> bool {
-    path.extension().is_some_and(|ext| ext == "wasm")
+    let hidden = path
+        .file_name()
+        .is_some_and(|name| name.as_encoded_bytes().starts_with(b"."));
+    !hidden && path.extension().is_some_and(|ext| ext == "wasm")
 }
 
-/// The skill component files in `dir`, sorted.
+/// The skill component files in `dir` (symlinks to files included, not
+/// subdirectories), sorted.
 pub(crate) fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
     for entry in std::fs::read_dir(dir)? {
