@@ -99,6 +99,21 @@ pub enum KeyError {
     },
 }
 
+/// Reads the key file at `path` and parses it with `parse`; errors name the file.
+fn load_key_file<K>(
+    path: &Path,
+    parse: impl FnOnce(&[u8]) -> Result<K, InvalidKey>,
+) -> Result<K, KeyError> {
+    let data = fs::read(path).map_err(|error| KeyError::Io {
+        path: path.to_owned(),
+        error,
+    })?;
+    parse(&data).map_err(|error| KeyError::Invalid {
+        path: path.to_owned(),
+        error,
+    })
+}
+
 fn list(paths: &[PathBuf]) -> String {
     if paths.is_empty() {
         return "nothing".into();
@@ -154,14 +169,7 @@ impl PublicKey {
 
     /// Reads and parses a public key file.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
-        let data = fs::read(path).map_err(|error| KeyError::Io {
-            path: path.to_owned(),
-            error,
-        })?;
-        Self::parse(&data).map_err(|error| KeyError::Invalid {
-            path: path.to_owned(),
-            error,
-        })
+        load_key_file(path, Self::parse)
     }
 
     fn from_ed25519(pk: ed25519_compact::PublicKey) -> Self {
@@ -245,14 +253,7 @@ impl SigningKey {
 
     /// Reads and parses a secret key file.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
-        let data = fs::read(path).map_err(|error| KeyError::Io {
-            path: path.to_owned(),
-            error,
-        })?;
-        Self::parse(&data).map_err(|error| KeyError::Invalid {
-            path: path.to_owned(),
-            error,
-        })
+        load_key_file(path, Self::parse)
     }
 
     /// The public half of this key.
