@@ -9,8 +9,12 @@
 //! export that returns at once, parse its result): the cheapest complete
 //! invocation. Measured: `processRefund`'s steps (two tool calls, argument
 //! validation, JSON both ways) with tools that return fixed JSON from memory,
-//! so the ratio isolates the host. `inquireOrderStatus` (two read calls) on
-//! the SQLite demo tools is printed beside it as the end-to-end figure.
+//! so the ratio isolates the host. Below it, the host's share of those steps
+//! measured natively, without wasm: the two calls' argument texts parsed,
+//! validated and dispatched, their results serialized — what the runtime does
+//! per `call-tool` besides crossing the boundary. `inquireOrderStatus` (two
+//! read calls) on the SQLite demo tools is printed last as the end-to-end
+//! figure.
 //!
 //! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
 //! sample count).
@@ -23,6 +27,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent, ToolDispatch};
+use skillhost::skills::SkillName;
 use skillhost::tools::demo::{self, DemoDb};
 use skillhost::tools::{Tool, ToolError, ToolRegistry, ToolSpec};
 
@@ -100,6 +105,27 @@ async fn run(skill: &SkillComponent, input: &Value, tools: &Arc<dyn ToolDispatch
     skill.run(input, tools.clone()).await.expect("invocation");
 }
 
+/// The host's work for `processRefund`'s two tool calls as the runtime does
+/// it per `call-tool`: parse the guest's argument text, validate and
+/// dispatch, serialize the result for the guest.
+async fn host_tool_path(tools: &Arc<dyn ToolDispatch>, skill: &SkillName) {
+    const CALLS: [(&str, &str); 2] = [
+        ("queryOrder", r#"{"orderId":"88231"}"#),
+        (
+            "applyRefund",
+            r#"{"orderId":"88231","reason":"the robot vacuum is broken"}"#,
+        ),
+    ];
+    for (tool, arguments) in CALLS {
+        let arguments: Value = serde_json::from_str(arguments).expect("JSON arguments");
+        let result = tools
+            .call_tool(skill, tool, arguments)
+            .await
+            .expect("tool call");
+        std::hint::black_box(serde_json::to_string(&result).expect("JSON result"));
+    }
+}
+
 async fn load(runtime: &Runtime, tools: &ToolRegistry, path: &Path) -> SkillComponent {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     SkillComponent::load(runtime, bytes, tools)
@@ -161,6 +187,13 @@ fn main() {
             || run(&refund, &input, &fixed),
         )
         .await;
+        let skill = refund.name().clone();
+        let host_share = measure(
+            "  of which host tool path (native, no wasm)",
+            iterations,
+            || host_tool_path(&fixed, &skill),
+        )
+        .await;
         // A refund writes once and is then refused, so the end-to-end
         // figure uses the other two-call skill, whose calls only read.
         let inquire = load(
@@ -180,7 +213,7 @@ fn main() {
 
         println!("warm invocation, {iterations} samples each");
         println!("{:<52} {:>10} {:>10} {:>8}", "", "p50", "p99", "p50/floor");
-        for sample in [&floor, &noop_run, &steps, &end_to_end] {
+        for sample in [&floor, &noop_run, &steps, &host_share, &end_to_end] {
             println!(
                 "{:<52} {:>8.1}µs {:>8.1}µs {:>8.2}x",
                 sample.label,
