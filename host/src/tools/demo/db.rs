@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use rusqlite::config::DbConfig;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -98,6 +99,15 @@ impl DemoDb {
         // Every query the shop runs stays prepared: parsing SQL costs more
         // than running these one-row lookups.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // Plans that never depend on bound values (the query planner
+        // stability guarantee), so that cached statements stay prepared.
+        // Without it, SQLite plans a join or an ORDER BY query (`order_lines`,
+        // the logistics events) by looking at whether `col = ?N` binds 0 or 1
+        // and marks the statement for planning again on a new binding; as the
+        // statement cache clears the bindings of every statement it takes
+        // back, each call parsed and planned such SQL again. The shop binds
+        // ids, never 0 or 1, so its plans are the same.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
         match version {
             0 => {

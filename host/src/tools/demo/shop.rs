@@ -149,6 +149,12 @@ impl DailyId {
     }
 }
 
+/// An object of owned values, moved in: `json!` serializes each value by
+/// reference, which copies every string and nested value once more.
+fn object<const N: usize>(fields: [(&str, Value); N]) -> Value {
+    Value::from_iter(fields)
+}
+
 /// Cents as a JSON number of yuan: 299900 → 2999.0.
 fn money(cents: i64) -> Value {
     json!(cents as f64 / 100.0)
@@ -190,27 +196,29 @@ struct Order {
     created_at: String,
 }
 
+// The statements `query_order` and `query_logistics` run are constants, so
+// that a test can find them in the statement cache (see `tests`).
+
+const FIND_ORDER: &str = "
+    SELECT order_id, amount_cents, status, tracking_no, address, coupon_id, payment_method,
+           cancel_reason, created_at
+    FROM orders WHERE order_id = ?1 AND customer_id = ?2";
+
 /// The demo customer's order, or a rejection naming the missing id.
 fn find_order(conn: &Connection, order_id: &str) -> Result<Order, OpError> {
-    conn.query_row_cached(
-        "SELECT order_id, amount_cents, status, tracking_no, address, coupon_id, payment_method,
-                cancel_reason, created_at
-         FROM orders WHERE order_id = ?1 AND customer_id = ?2",
-        params![order_id, DEMO_CUSTOMER],
-        |row| {
-            Ok(Order {
-                order_id: row.get(0)?,
-                amount_cents: row.get(1)?,
-                status: row.get(2)?,
-                tracking_no: row.get(3)?,
-                address: row.get(4)?,
-                coupon_id: row.get(5)?,
-                payment_method: row.get(6)?,
-                cancel_reason: row.get(7)?,
-                created_at: row.get(8)?,
-            })
-        },
-    )
+    conn.query_row_cached(FIND_ORDER, params![order_id, DEMO_CUSTOMER], |row| {
+        Ok(Order {
+            order_id: row.get(0)?,
+            amount_cents: row.get(1)?,
+            status: row.get(2)?,
+            tracking_no: row.get(3)?,
+            address: row.get(4)?,
+            coupon_id: row.get(5)?,
+            payment_method: row.get(6)?,
+            cancel_reason: row.get(7)?,
+            created_at: row.get(8)?,
+        })
+    })
     .optional()?
     .ok_or_else(|| OpError::Rejected(format!("order {order_id} not found")))
 }
@@ -224,23 +232,24 @@ struct Line {
 }
 
 impl Line {
-    fn json(&self) -> Value {
-        json!({
-            "product_id": self.product_id,
-            "name": self.name,
-            "quantity": self.quantity,
-            "unit_price": money(self.unit_price_cents),
-            "subtotal": money(self.unit_price_cents * self.quantity),
-        })
+    fn json(self) -> Value {
+        object([
+            ("product_id", self.product_id.into()),
+            ("name", self.name.into()),
+            ("quantity", self.quantity.into()),
+            ("unit_price", money(self.unit_price_cents)),
+            ("subtotal", money(self.unit_price_cents * self.quantity)),
+        ])
     }
 }
 
+const ORDER_LINES: &str = "
+    SELECT i.product_id, p.name, i.quantity, i.unit_price_cents
+    FROM order_items i JOIN products p USING (product_id)
+    WHERE i.order_id = ?1 ORDER BY i.product_id";
+
 fn order_lines(conn: &Connection, order_id: &str) -> rusqlite::Result<Vec<Line>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT i.product_id, p.name, i.quantity, i.unit_price_cents
-         FROM order_items i JOIN products p USING (product_id)
-         WHERE i.order_id = ?1 ORDER BY i.product_id",
-    )?;
+    let mut statement = conn.prepare_cached(ORDER_LINES)?;
     statement
         .query_map(params![order_id], |row| {
             Ok(Line {
@@ -262,18 +271,32 @@ fn product_summary(lines: &[Line]) -> String {
         .join(", ")
 }
 
-/// The order's refund, if it has one (an order is refunded at most once).
+const REFUNDS_OF_ORDER: &str =
+    "SELECT created_at, refund_id, status FROM refunds WHERE order_id = ?1";
+
+/// The order's refund, if it has one (an order is refunded at most once;
+/// should it have more, the latest).
 fn refund_of(
     conn: &Connection,
     order_id: &str,
 ) -> rusqlite::Result<Option<(String, RefundStatus)>> {
-    conn.query_row_cached(
-        "SELECT refund_id, status FROM refunds WHERE order_id = ?1
-         ORDER BY created_at DESC, refund_id DESC LIMIT 1",
-        params![order_id],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )
-    .optional()
+    // The latest is picked here, not by `ORDER BY created_at DESC, refund_id
+    // DESC LIMIT 1`: the index holds refunds by order only, so SQLite would
+    // sort the (zero or one) rows in a temporary b-tree opened on every call.
+    let mut statement = conn.prepare_cached(REFUNDS_OF_ORDER)?;
+    let refunds = statement
+        .query_map(params![order_id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, RefundStatus>(2)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(refunds
+        .into_iter()
+        .max_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)))
+        .map(|(_, refund_id, status)| (refund_id, status)))
 }
 
 /// The order's after-sale ticket that is still being handled, if any.
@@ -333,9 +356,10 @@ fn cart_json(conn: &Connection) -> rusqlite::Result<Value> {
         .iter()
         .map(|(line, _)| line.unit_price_cents * line.quantity)
         .sum();
+    let item_count: i64 = lines.iter().map(|(line, _)| line.quantity).sum();
     Ok(json!({
-        "items": lines.iter().map(|(line, _)| line.json()).collect::<Vec<_>>(),
-        "item_count": lines.iter().map(|(line, _)| line.quantity).sum::<i64>(),
+        "items": lines.into_iter().map(|(line, _)| line.json()).collect::<Vec<_>>(),
+        "item_count": item_count,
         "total": money(total),
     }))
 }
@@ -451,6 +475,10 @@ fn best_match<T>(candidates: Vec<T>, score: impl Fn(&T) -> usize) -> Option<T> {
     best.map(|(_, candidate)| candidate)
 }
 
+const LOGISTICS: &str = "SELECT carrier, status, signed_by FROM logistics WHERE tracking_no = ?1";
+const LOGISTICS_EVENTS: &str =
+    "SELECT time, description FROM logistics_events WHERE tracking_no = ?1 ORDER BY time";
+
 impl DemoDb {
     /// One order in full: lines, amount, status, tracking number, refund.
     pub(super) fn query_order(&self, order_id: &str) -> Result<Value, OpError> {
@@ -458,24 +486,31 @@ impl DemoDb {
         let order = find_order(&conn, order_id)?;
         let lines = order_lines(&conn, order_id)?;
         let refund = refund_of(&conn, order_id)?;
-        Ok(json!({
-            "order_id": order.order_id,
-            "product": product_summary(&lines),
-            "items": lines.iter().map(Line::json).collect::<Vec<_>>(),
-            "amount": money(order.amount_cents),
-            "currency": "CNY",
-            "status": order.status.as_str(),
-            "tracking_no": order.tracking_no,
-            "address": order.address,
-            "payment_method": order.payment_method,
-            "coupon_id": order.coupon_id,
-            "cancel_reason": order.cancel_reason,
-            "created_at": order.created_at,
-            "refund": refund.map(|(refund_id, status)| json!({
-                "refund_id": refund_id,
-                "status": status.as_str(),
-            })),
-        }))
+        Ok(object([
+            ("order_id", order.order_id.into()),
+            ("product", product_summary(&lines).into()),
+            ("items", lines.into_iter().map(Line::json).collect()),
+            ("amount", money(order.amount_cents)),
+            ("currency", "CNY".into()),
+            ("status", order.status.as_str().into()),
+            ("tracking_no", order.tracking_no.into()),
+            ("address", order.address.into()),
+            ("payment_method", order.payment_method.into()),
+            ("coupon_id", order.coupon_id.into()),
+            ("cancel_reason", order.cancel_reason.into()),
+            ("created_at", order.created_at.into()),
+            (
+                "refund",
+                refund
+                    .map(|(refund_id, status)| {
+                        object([
+                            ("refund_id", refund_id.into()),
+                            ("status", status.as_str().into()),
+                        ])
+                    })
+                    .into(),
+            ),
+        ]))
     }
 
     /// The demo customer's orders, newest first.
@@ -508,31 +543,27 @@ impl DemoDb {
     pub(super) fn query_logistics(&self, tracking_no: &str) -> Result<Value, OpError> {
         let conn = self.lock();
         let (carrier, status, signed_by): (String, String, Option<String>) = conn
-            .query_row_cached(
-                "SELECT carrier, status, signed_by FROM logistics WHERE tracking_no = ?1",
-                params![tracking_no],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
+            .query_row_cached(LOGISTICS, params![tracking_no], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("tracking number {tracking_no} not found")))?;
-        let mut statement = conn.prepare_cached(
-            "SELECT time, description FROM logistics_events WHERE tracking_no = ?1 ORDER BY time",
-        )?;
+        let mut statement = conn.prepare_cached(LOGISTICS_EVENTS)?;
         let events = statement
             .query_map(params![tracking_no], |row| {
-                Ok(json!({
-                    "time": row.get::<_, String>(0)?,
-                    "description": row.get::<_, String>(1)?,
-                }))
+                Ok(object([
+                    ("time", row.get::<_, String>(0)?.into()),
+                    ("description", row.get::<_, String>(1)?.into()),
+                ]))
             })?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(json!({
-            "tracking_no": tracking_no,
-            "carrier": carrier,
-            "status": status,
-            "signed_by": signed_by,
-            "events": events,
-        }))
+            .collect::<Result<Value, _>>()?;
+        Ok(object([
+            ("tracking_no", tracking_no.into()),
+            ("carrier", carrier.into()),
+            ("status", status.into()),
+            ("signed_by", signed_by.into()),
+            ("events", events),
+        ]))
     }
 
     /// Refunds a delivered order in full. The refund starts as `processing`
@@ -970,7 +1001,7 @@ impl DemoDb {
             "success": true,
             "order_id": order_id,
             "status": OrderStatus::PendingPayment.as_str(),
-            "items": cart.iter().map(|(line, _)| line.json()).collect::<Vec<_>>(),
+            "items": cart.into_iter().map(|(line, _)| line.json()).collect::<Vec<_>>(),
             "subtotal": money(subtotal),
             "discount": money(discount),
             "amount": money(amount),
@@ -1222,4 +1253,77 @@ fn usable_coupon_discount(
         )));
     }
     Ok(discount)
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::StatementStatus;
+
+    use super::*;
+
+    /// The read tools' statements stay prepared: run again with other
+    /// arguments, SQLite neither parses nor plans them again (see the query
+    /// planner stability guarantee in `DemoDb::init`).
+    #[test]
+    fn hot_read_statements_are_not_re_prepared() {
+        let db = DemoDb::in_memory().unwrap();
+        let lookups = [
+            ("88231", "SF1234567890"),
+            ("99001", "YT9876543210"),
+            ("55008", "SF1122334455"),
+        ];
+        for _ in 0..2 {
+            for (order_id, tracking_no) in lookups {
+                db.query_order(order_id).unwrap();
+                db.query_logistics(tracking_no).unwrap();
+            }
+        }
+        let runs = 2 * lookups.len() as i32;
+        let conn = db.lock();
+        for sql in [
+            FIND_ORDER,
+            ORDER_LINES,
+            REFUNDS_OF_ORDER,
+            LOGISTICS,
+            LOGISTICS_EVENTS,
+        ] {
+            let statement = conn.prepare_cached(sql).unwrap();
+            // The statement the lookups ran, taken from the cache.
+            assert_eq!(
+                statement.get_status(StatementStatus::Run),
+                runs,
+                "{}",
+                sql.trim()
+            );
+            assert_eq!(
+                statement.get_status(StatementStatus::RePrepare),
+                0,
+                "re-prepared: {}",
+                sql.trim()
+            );
+        }
+    }
+
+    /// Of several refunds of an order (the tools record at most one), the
+    /// order shows the latest: by creation time, then by refund id.
+    #[test]
+    fn an_order_shows_its_latest_refund() {
+        let db = DemoDb::in_memory().unwrap();
+        db.lock()
+            .execute_batch(
+                "INSERT INTO refunds VALUES
+                     ('RF20260620002', '88231', 'x', 100, 'completed', '2026-06-20 09:00:00'),
+                     ('RF20260621001', '88231', 'x', 100, 'processing', '2026-06-21 08:00:00'),
+                     ('RF20260621002', '88231', 'x', 100, 'completed', '2026-06-21 08:00:00'),
+                     ('RF20260620001', '88231', 'x', 100, 'processing', '2026-06-20 10:00:00');",
+            )
+            .unwrap();
+        let order = db.query_order("88231").unwrap();
+        assert_eq!(
+            order["refund"],
+            json!({"refund_id": "RF20260621002", "status": "completed"})
+        );
+        let order = db.query_order("99001").unwrap();
+        assert_eq!(order["refund"], Value::Null);
+    }
 }

@@ -59,19 +59,36 @@ impl Dialect {
     }
 
     /// An answer with every object key in this dialect's spelling.
-    fn output(self, answer: Value) -> Value {
-        match (self, answer) {
-            (Self::Article000, answer) => answer,
-            (_, Value::Object(map)) => Value::Object(
-                map.into_iter()
-                    .map(|(key, value)| (self.ident(&key), self.output(value)))
-                    .collect(),
-            ),
-            (_, Value::Array(items)) => {
-                Value::Array(items.into_iter().map(|item| self.output(item)).collect())
-            }
-            (_, answer) => answer,
+    fn output(self, mut answer: Value) -> Value {
+        if self == Self::Article003 {
+            camel_case_keys(&mut answer);
         }
+        answer
+    }
+}
+
+/// Renames every object key in `value` to camelCase, in place. Only maps
+/// with a snake_case key are rebuilt, and keys without `_` are kept as they
+/// are (e.g. each `{time, description}` of a shipment's events).
+fn camel_case_keys(value: &mut Value) {
+    match value {
+        Value::Object(map) if map.keys().any(|key| key.contains('_')) => {
+            *map = std::mem::take(map)
+                .into_iter()
+                .map(|(key, mut value)| {
+                    camel_case_keys(&mut value);
+                    let key = if key.contains('_') {
+                        Dialect::Article003.ident(&key)
+                    } else {
+                        key
+                    };
+                    (key, value)
+                })
+                .collect();
+        }
+        Value::Object(map) => map.values_mut().for_each(camel_case_keys),
+        Value::Array(items) => items.iter_mut().for_each(camel_case_keys),
+        _ => {}
     }
 }
 
