@@ -84,9 +84,8 @@ impl Scope for MainScope {
         let outcome = match run.catalog.resolve(&call.name, &transcript.loaded_skills()) {
             Err(refusal) => return Ok(call.refuse(run, caller, refusal.to_string())),
             Ok(Callable::Tool(tool)) => {
-                run.call_tool_reported(caller, &tool, call.arguments)
-                    .await
-                    .0
+                let result = run.call_tool_reported(caller, &tool, call.arguments).await;
+                CallOutcome::of_tool(&tool, &result)
             }
             Ok(Callable::LoadSkill) => {
                 let outcome = load_skill(run, &call.arguments);
@@ -138,10 +137,10 @@ impl Scope for SkillScope<'_> {
             );
             return Ok(call.refuse(run, caller, reason));
         }
-        let (outcome, _) = run
+        let result = run
             .call_tool_reported(caller, &call.name, call.arguments)
             .await;
-        Ok(outcome.to_tool_content())
+        Ok(CallOutcome::of_tool(&call.name, &result).to_tool_content())
     }
 }
 

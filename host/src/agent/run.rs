@@ -226,7 +226,7 @@ impl From<ToolError> for CallError {
 
 impl CallOutcome {
     /// The outcome of a tool call as executed by [`RunContext::call_tool`].
-    fn of_tool(tool: &str, result: &Result<Value, CallError>) -> Self {
+    pub(super) fn of_tool(tool: &str, result: &Result<Value, CallError>) -> Self {
         match result {
             Ok(result) => Self::Done {
                 result: result.clone(),
@@ -432,18 +432,17 @@ impl RunContext {
         Ok(span.execute(registered, arguments).await?)
     }
 
-    /// [`Self::call_tool`], reported as a
-    /// [`AgentEvent::ToolCalled`] event and returned as its outcome.
+    /// [`Self::call_tool`], reported as a [`AgentEvent::ToolCalled`] event
+    /// (its outcome holds a copy of the result, which is returned as is).
     pub(super) async fn call_tool_reported(
         &self,
         caller: &Caller,
         tool: &str,
         arguments: Value,
-    ) -> (CallOutcome, Result<Value, CallError>) {
+    ) -> Result<Value, CallError> {
         let result = self.call_tool(caller, tool, arguments.clone()).await;
-        let outcome = CallOutcome::of_tool(tool, &result);
-        self.report(caller, tool, arguments, outcome.clone());
-        (outcome, result)
+        self.report(caller, tool, arguments, CallOutcome::of_tool(tool, &result));
+        result
     }
 
     /// Reports a finished (or refused) call.
@@ -476,7 +475,7 @@ impl ToolDispatch for StepsDispatch {
         arguments: Value,
     ) -> Result<Value, ToolError> {
         let caller = Caller::Skill(skill.clone());
-        let (_, result) = self.0.call_tool_reported(&caller, tool, arguments).await;
+        let result = self.0.call_tool_reported(&caller, tool, arguments).await;
         result.map_err(|error| match error {
             CallError::Tool(error) => error,
             CallError::Declined(_) => ToolError::Declined(tool.to_owned()),

@@ -100,14 +100,18 @@ impl Observers {
         self.events.subscribe()
     }
 
-    fn publish(&self, event: HostEvent) {
-        // No subscribers is fine.
-        let _ = self.events.send(event);
+    /// Sends the event `make` builds to the subscribers; with none (the
+    /// common case) the event, and the copies it would take, is not built.
+    fn publish(&self, make: impl FnOnce() -> HostEvent) {
+        if self.events.receiver_count() > 0 {
+            // A subscriber that left since is fine.
+            let _ = self.events.send(make());
+        }
     }
 
     pub(super) fn reload(&self, event: ReloadEvent, skills_loaded: usize) {
         self.metrics.reload(&event, skills_loaded);
-        self.publish(HostEvent::Reload(event));
+        self.publish(|| HostEvent::Reload(event));
     }
 
     /// The tracker of the run `run`, for [`AgentBuilder::observe_runs`](crate::agent::AgentBuilder::observe_runs).
@@ -173,13 +177,15 @@ impl RunTracking {
                 };
                 let took = in_flight.started.elapsed().saturating_sub(in_flight.waited);
                 observers.metrics.invocation(skill, outcome, took);
-                observers.publish(HostEvent::Invocation(Invocation {
-                    run: self.run.clone(),
-                    skill: skill.clone(),
-                    path: in_flight.path,
-                    outcome: outcome.clone(),
-                    duration_ms: took.as_secs_f64() * 1000.0,
-                }));
+                observers.publish(|| {
+                    HostEvent::Invocation(Invocation {
+                        run: self.run.clone(),
+                        skill: skill.clone(),
+                        path: in_flight.path,
+                        outcome: outcome.clone(),
+                        duration_ms: took.as_secs_f64() * 1000.0,
+                    })
+                });
             }
             AgentEvent::ToolCalled { tool, outcome, .. } => {
                 let known =
@@ -192,7 +198,7 @@ impl RunTracking {
             AgentEvent::ConfirmationPending(pending) => {
                 self.waiting_since = Some(Instant::now());
                 observers.metrics.confirmation_opened();
-                observers.publish(HostEvent::ConfirmationPending(pending.clone()));
+                observers.publish(|| HostEvent::ConfirmationPending(pending.clone()));
             }
             AgentEvent::ConfirmationResolved {
                 id,
@@ -203,7 +209,7 @@ impl RunTracking {
                     skill.waited += since.elapsed();
                 }
                 observers.metrics.confirmation_resolved(resolution);
-                observers.publish(HostEvent::ConfirmationResolved {
+                observers.publish(|| HostEvent::ConfirmationResolved {
                     id: id.clone(),
                     run: self.run.clone(),
                     tool: tool.clone(),
