@@ -11,9 +11,8 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use skillhost::agent::ConfirmationPolicy;
 use skillhost::agent::llm::LlmConfig;
-use skillhost::embed::{HostEvent, SkillHost};
+use skillhost::embed::SkillHost;
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
@@ -28,7 +27,6 @@ use crate::support::scripted_llm::{ScriptedLlm, Step};
 /// A gateway serving on a loopback port.
 struct Served {
     base: String,
-    host: SkillHost,
     http: reqwest::Client,
     db: Arc<DemoDb>,
     dir: TempDir,
@@ -43,7 +41,6 @@ struct Setup<'a> {
     config: GatewayConfig,
     /// Registered next to article 003's tools.
     tools: Vec<Arc<dyn Tool>>,
-    confirmation: ConfirmationPolicy,
 }
 
 impl Default for Setup<'_> {
@@ -53,7 +50,6 @@ impl Default for Setup<'_> {
             llm: None,
             config: GatewayConfig::default(),
             tools: Vec::new(),
-            confirmation: ConfirmationPolicy::default(),
         }
     }
 }
@@ -87,8 +83,7 @@ impl Served {
                     .chain(setup.tools)
                     .try_for_each(|tool| tools.register(tool))
             })
-            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"])
-            .confirmation_policy(setup.confirmation);
+            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"]);
         if let Some(llm) = setup.llm {
             builder = builder.llm(LlmConfig {
                 backoff_base: Duration::from_millis(1),
@@ -99,7 +94,7 @@ impl Served {
         let host = builder.build().await.expect("building the host");
         let failures: Vec<_> = host.snapshot().failures().cloned().collect();
         assert!(failures.is_empty(), "skills failed to load: {failures:?}");
-        let gateway = Gateway::new(host.clone(), setup.config);
+        let gateway = Gateway::new(host, setup.config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -114,7 +109,6 @@ impl Served {
         });
         Self {
             base,
-            host,
             http: reqwest::Client::new(),
             db,
             dir,
@@ -523,47 +517,6 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
     assert_eq!(done["run"], pending["run"]);
     assert_eq!(done["result"]["refundId"], "RF20260629001");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
-}
-
-#[tokio::test]
-async fn invoke_of_a_skill_that_cannot_ask_runs_to_its_end_in_the_request() {
-    // applyRefund auto-approved: no call of processRefund can wait for a
-    // person, so the request runs it on its own task.
-    let served = Served::start(Setup {
-        confirmation: ConfirmationPolicy::default().auto_approve("applyRefund"),
-        ..Setup::default()
-    })
-    .await;
-    assert!(!served.host.may_ask("processRefund"));
-    assert!(
-        Served::start(Setup::default())
-            .await
-            .host
-            .may_ask("processRefund")
-    );
-    let mut events = served.host.subscribe();
-
-    let (status, done) = served
-        .post(
-            "/v1/skills/processRefund/invoke",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{done:#}");
-    assert_eq!(done["status"], "done");
-    assert_eq!(done["result"]["refundId"], "RF20260629001");
-    let run = done["run"].as_str().expect("the run's id");
-    assert!(run.starts_with("run_"), "{run}");
-    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
-    // The run is observed as one started with a task would be.
-    let invocation = loop {
-        match events.recv().await.expect("host events") {
-            HostEvent::Invocation(invocation) => break invocation,
-            _ => continue,
-        }
-    };
-    assert_eq!(invocation.run.as_str(), run);
-    assert_eq!(invocation.skill.as_str(), "processRefund");
 }
 
 #[tokio::test]

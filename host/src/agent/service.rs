@@ -3,19 +3,17 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::catalog::Catalog;
 use super::config::AgentConfig;
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
-use super::ids::RunId;
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
 use super::run::{RunContext, RunHandle, RunObserver, RunOutput, SkillOutput};
 use super::skill;
 use super::transcript::Transcript;
-use crate::runtime::{InvokeError, SkillComponent};
+use crate::runtime::InvokeError;
 use crate::skills::{SkillRegistry, SkillSnapshot};
 use crate::tools::ToolRegistry;
 
@@ -270,68 +268,6 @@ impl Agent {
         name: &str,
         input: Value,
     ) -> Result<RunHandle<SkillOutput>, AgentError> {
-        let (run, events, skill) = self.prepare_skill(name, &input)?;
-        Ok(RunHandle::spawn(
-            &run,
-            events,
-            skill_outcome(run.clone(), skill, input),
-        ))
-    }
-
-    /// Like [`Agent::start_skill`] for a caller that needs only the outcome,
-    /// on the caller's own task: no task is spawned and nothing wakes
-    /// another thread, and dropping the future ends the run. Returns the
-    /// run's id and the run. Its events reach the observers
-    /// ([`AgentBuilder::observe_runs`]) and nobody else; a confirmation it
-    /// asks for can be answered by id (see [`Agent::confirmations`]) while
-    /// the caller waits — for a caller that cannot show one, check
-    /// [`Agent::may_ask`] first.
-    pub fn run_skill(
-        &self,
-        name: &str,
-        input: Value,
-    ) -> Result<
-        (
-            RunId,
-            impl Future<Output = Result<SkillOutput, AgentError>> + Send + 'static,
-        ),
-        AgentError,
-    > {
-        let (run, _events, skill) = self.prepare_skill(name, &input)?;
-        Ok((run.id.clone(), skill_outcome(run, skill, input)))
-    }
-
-    /// Whether a run of the loaded skill `name` can wait for a person: a
-    /// tool it may call needs confirmation under the agent's policy.
-    pub fn may_ask(&self, name: &str) -> bool {
-        let snapshot = self.inner.skills.snapshot();
-        let Some(skill) = snapshot.get(name) else {
-            return false;
-        };
-        let policy = &self.inner.config.confirmation;
-        skill
-            .component
-            .manifest()
-            .tools
-            .iter()
-            .filter_map(|tool| self.inner.tools.get(tool))
-            .any(|tool| policy.requires(tool.spec()))
-    }
-
-    /// A run of the skill `name`, checked before anything runs: the skill is
-    /// loaded and `input` matches its parameters.
-    fn prepare_skill(
-        &self,
-        name: &str,
-        input: &Value,
-    ) -> Result<
-        (
-            Arc<RunContext>,
-            UnboundedReceiver<AgentEvent>,
-            SkillComponent,
-        ),
-        AgentError,
-    > {
         let (run, events) = RunContext::new(self.inner.clone(), false);
         let skill = run
             .snapshot
@@ -340,9 +276,19 @@ impl Agent {
             .component
             .clone();
         skill
-            .validate_input(input)
+            .validate_input(&input)
             .map_err(AgentError::InvalidInput)?;
-        Ok((run, events, skill))
+        let body = {
+            let run = run.clone();
+            async move {
+                let outcome = skill::invoke(&run, &skill, input).await?;
+                Ok(SkillOutput {
+                    outcome,
+                    stats: run.stats(),
+                })
+            }
+        };
+        Ok(RunHandle::spawn(&run, events, body))
     }
 }
 
@@ -365,19 +311,6 @@ async fn main_agent(
         answer: end.answer,
         messages: transcript.into_messages(),
         rounds: end.rounds,
-        stats: run.stats(),
-    })
-}
-
-/// A skill's run, to its outcome.
-async fn skill_outcome(
-    run: Arc<RunContext>,
-    skill: SkillComponent,
-    input: Value,
-) -> Result<SkillOutput, AgentError> {
-    let outcome = skill::invoke(&run, &skill, input).await?;
-    Ok(SkillOutput {
-        outcome,
         stats: run.stats(),
     })
 }

@@ -55,7 +55,7 @@ use crate::agent::catalog::DisclosureConfig;
 use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
 use crate::agent::{
     Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations,
-    PendingConfirmation, RunHandle, RunId, RunOutput, SkillOutput,
+    PendingConfirmation, RunHandle, RunOutput, SkillOutput,
 };
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
@@ -346,31 +346,6 @@ impl SkillHost {
     /// that need approval wait for [`SkillHost::approve`].
     pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
         self.inner.agent.start_skill(name, input)
-    }
-
-    /// Like [`SkillHost::invoke`] for a caller that needs only the outcome,
-    /// on the caller's task: the run's id and the run, which ends when
-    /// dropped (see [`Agent::run_skill`]). A write that needs approval waits
-    /// for [`SkillHost::approve`] while the caller waits; a caller that
-    /// cannot show the confirmation checks [`SkillHost::may_ask`] first.
-    pub fn invoke_here(
-        &self,
-        name: &str,
-        input: Value,
-    ) -> Result<
-        (
-            RunId,
-            impl Future<Output = Result<SkillOutput, AgentError>> + Send + 'static,
-        ),
-        AgentError,
-    > {
-        self.inner.agent.run_skill(name, input)
-    }
-
-    /// Whether invoking the loaded skill `name` can wait for a person (see
-    /// [`Agent::may_ask`]).
-    pub fn may_ask(&self, name: &str) -> bool {
-        self.inner.agent.may_ask(name)
     }
 
     /// Runs the main agent on a conversation (see [`Agent::start`]).

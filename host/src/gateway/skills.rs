@@ -13,8 +13,7 @@ use super::errors::{ApiError, ApiJson, ErrorType};
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Parked, Progress};
 use super::{AppState, Mount};
-use crate::agent::llm::Usage;
-use crate::agent::{AgentError, CallOutcome, RunId, SkillOutput};
+use crate::agent::{CallOutcome, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill, and every file whose latest content failed to load.
@@ -70,17 +69,6 @@ pub async fn invoke(
         version: skill.component.manifest().version.to_string(),
         digest: skill.component.digest().to_owned(),
     };
-    // A run that cannot wait for a person runs here, on the request's own
-    // task: no task to spawn, no other thread to wake.
-    if !state.host.may_ask(&name) {
-        let (run, finished) = state.host.invoke_here(&name, input)?;
-        let result = finished.await;
-        let usage = result
-            .as_ref()
-            .map(|output| output.stats.usage)
-            .unwrap_or_default();
-        return finished_invocation(invocation_json(Some(&run), &version), result, usage);
-    }
     let run = state.host.invoke(&name, input)?;
     let invocation = InvokeRun {
         run: OwnedRun::new(run),
@@ -96,9 +84,33 @@ pub async fn finish_invocation(
     mount: &Mount,
 ) -> Result<Response, ApiError> {
     let InvokeRun { run, skill } = invocation;
-    let base = invocation_json(run.id(), &skill);
+    let run_id = run.id().cloned();
+    let base = json!({
+        "object": "skill.invocation",
+        "run": run_id,
+        "skill": skill.name,
+        "version": skill.version,
+        "digest": skill.digest,
+    });
     match run.settle().await {
-        Progress::Finished { result, usage } => finished_invocation(base, result, usage),
+        Progress::Finished { result, usage } => {
+            let SkillOutput { outcome, .. } = result?;
+            match outcome {
+                CallOutcome::Done { result } => {
+                    let mut body = base;
+                    body["status"] = json!("done");
+                    body["result"] = result;
+                    body["usage"] = json!(usage);
+                    Ok(Json(body).into_response())
+                }
+                failed => Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    ErrorType::SkillError,
+                    "skill_failed",
+                    failed.to_tool_content(),
+                )),
+            }
+        }
         Progress::Pending { run, pending } => {
             let path = answer_path(mount, &pending);
             let mut body = base;
@@ -111,41 +123,6 @@ pub async fn finish_invocation(
             );
             Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
-    }
-}
-
-/// What every invocation response says of the run and the skill.
-fn invocation_json(run: Option<&RunId>, skill: &SkillVersion) -> Value {
-    json!({
-        "object": "skill.invocation",
-        "run": run,
-        "skill": skill.name,
-        "version": skill.version,
-        "digest": skill.digest,
-    })
-}
-
-/// The response to an invocation that ended: `200` with the result, or
-/// `422` when the skill failed.
-fn finished_invocation(
-    mut body: Value,
-    result: Result<SkillOutput, AgentError>,
-    usage: Usage,
-) -> Result<Response, ApiError> {
-    let SkillOutput { outcome, .. } = result?;
-    match outcome {
-        CallOutcome::Done { result } => {
-            body["status"] = json!("done");
-            body["result"] = result;
-            body["usage"] = json!(usage);
-            Ok(Json(body).into_response())
-        }
-        failed => Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorType::SkillError,
-            "skill_failed",
-            failed.to_tool_content(),
-        )),
     }
 }
 
