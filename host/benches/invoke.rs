@@ -3,21 +3,31 @@
 //! Floor: `processRefund` itself instantiated from its `InstancePre` in a
 //! fresh sandboxed store, which is then dropped (its memory reset for the
 //! next instance) — the fixed cost of every invocation of that skill. The
-//! skill world has no export that does nothing, so none is called; a call
-//! across the boundary adds a fraction of a microsecond. Beside it, the
-//! `noop` test guest's whole `run` (instantiate, validate `{}`, call an
-//! export that returns at once, parse its result): the cheapest complete
-//! invocation. Measured: `processRefund`'s steps (two tool calls, argument
-//! validation, JSON both ways) with tools that return fixed JSON from memory,
-//! so the ratio isolates the host. Below it, the host's share of those steps
-//! measured natively, without wasm: the two calls' argument texts parsed,
-//! validated and dispatched, their results serialized — what the runtime does
-//! per `call-tool` besides crossing the boundary. `inquireOrderStatus` (two
-//! read calls) on the SQLite demo tools is printed last as the end-to-end
-//! figure.
+//! skill world has no export that does nothing, so none is called. Beside
+//! it, the `noop` test guest's whole `run` (instantiate, validate `{}`, call
+//! an export that returns at once, parse its result): the cheapest complete
+//! invocation, and an upper bound of the floor with an export called.
+//! Measured: `processRefund`'s steps (two tool calls, argument validation,
+//! JSON both ways) with tools that return fixed JSON from memory, so that no
+//! database time hides the runtime's. Below it, the host's share of those
+//! steps measured natively, without wasm: the two calls' argument texts
+//! parsed, validated and dispatched, their results serialized — what the
+//! runtime does per `call-tool` besides crossing the boundary; the rest of
+//! the steps' time above the floor is the guest's own code and the
+//! crossings. `inquireOrderStatus` (two read calls) on the SQLite demo tools
+//! is printed last as the end-to-end figure.
 //!
 //! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
 //! sample count).
+//!
+//! Profiling the guest's side: build the plugin unstripped
+//! (`CARGO_PROFILE_RELEASE_STRIP=false`, the `debian` toolchain command of
+//! `skill-plugins/build.sh`, into a scratch `CARGO_TARGET_DIR`), wrap it with
+//! `skill-plugins/componentize`, sign it with `skillhost sign` and put it in
+//! place of `skills/processRefund.wasm` for the session, turn on `Config::profiler(ProfilingStrategy::PerfMap)` in
+//! `runtime::engine_config` for the session, and record with
+//! `perf record -e cpu-clock -g` (this machine's perf has no hardware
+//! counters): the guest's functions then appear by name as `[JIT]` frames.
 
 use std::path::Path;
 use std::sync::Arc;
