@@ -35,8 +35,8 @@
 //!
 //! A [`SkillHost`] is cheap to clone; clones share everything. Hot reload
 //! (on unless [`SkillHostBuilder::hot_reload`] turns it off) and the
-//! forwarding of reload events stop when the last clone is dropped. The HTTP gateway
-//! ([`crate::gateway`]) is built on this API and nothing else.
+//! forwarding of reload events stop when the last clone is dropped. The
+//! HTTP gateway ([`crate::gateway`]) is built on this API and nothing else.
 
 mod events;
 pub mod metrics;
