@@ -552,7 +552,7 @@ async fn run_refunds_order_88231_in_the_db_file() {
 async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
     let work = Workdir::new();
     for (input, field) in [
-        (r#"{"orderId":"88231"}"#, "\"reason\""),
+        (r#"{"orderId":"88231"}"#, "field `reason`: missing"),
         (r#"{"orderId":88231,"reason":"broken"}"#, "field `orderId`"),
     ] {
         let mut command =

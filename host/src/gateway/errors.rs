@@ -180,10 +180,10 @@ impl From<AgentError> for ApiError {
     }
 }
 
-/// The field a schema violation names: `orderId` in
-/// "field `orderId`: 88231 is not of type \"string\"" (the form the host's
-/// schema checks use; nested fields are JSON pointers without the leading
-/// `/`, e.g. `items/0/qty`).
+/// The field the first schema violation names: `orderId` in
+/// "field `orderId`: 88231 is not of type \"string\"; field `reason`: missing
+/// (required)" (the form the host's schema checks use; nested fields are JSON
+/// pointers without the leading `/`, e.g. `items/0/qty`).
 fn field_of(message: &str) -> Option<&str> {
     message
         .strip_prefix("field `")?
@@ -316,6 +316,10 @@ mod tests {
             Some("orderId")
         );
         assert_eq!(field_of("field `a/0/b`: x"), Some("a/0/b"));
+        assert_eq!(
+            field_of("field `reason`: missing (required); field `orderId`: 1 is not of type"),
+            Some("reason")
+        );
         assert_eq!(field_of("\"orderId\" is a required property"), None);
     }
 
