@@ -647,6 +647,20 @@ async fn chat_streams_answers_keeps_the_conversation_and_asks_to_confirm_writes(
     assert!(stderr.contains("agent> "), "{stderr}");
     assert!(stderr.contains("you> thanks!"), "{stderr}");
     assert_eq!(work.refunds_of_88231(), 1);
+    // The functions are listed in the first round; later rounds, the next
+    // turn's included, say only what changed.
+    let rounds: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("round "))
+        .collect();
+    assert_eq!(rounds.len(), 3, "{stderr}");
+    assert!(rounds[0].contains("processRefund, "), "{stderr}");
+    assert!(
+        rounds[1..]
+            .iter()
+            .all(|round| round.ends_with("tokens (unchanged)")),
+        "{stderr}"
+    );
 
     // The second turn carries the first: question, skill call, answer.
     let second: Vec<(&str, &str)> = requests[2]

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use serde_json::json;
 
 use super::agent::{AgentArgs, Input, LLM_HELP, follow};
-use super::trace::{print_event, print_summary};
+use super::trace::{Trace, print_summary};
 
 /// `skillhost ask`.
 #[derive(Debug, clap::Args)]
@@ -29,6 +29,7 @@ pub struct AskArgs {
 pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
     let agent = args.agent.agent().await?;
     let run = agent.ask(&args.message)?;
+    let mut trace = Trace::default();
     let output = follow(
         &agent,
         run,
@@ -38,7 +39,7 @@ pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
             if args.json {
                 println!("{}", json!(event));
             } else {
-                print_event(event);
+                trace.print(event);
             }
         },
     )

@@ -12,7 +12,7 @@ use skillhost::agent::llm::Message;
 use skillhost::agent::{AgentEvent, Caller};
 
 use super::agent::{AgentArgs, Input, LLM_HELP, follow};
-use super::trace::{print_event, print_summary};
+use super::trace::{Trace, print_summary};
 
 /// Lines that end the session, besides the end of input.
 const EXIT_WORDS: [&str; 2] = ["exit", "quit"];
@@ -34,6 +34,8 @@ pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let mut input = Input::stdin();
     eprintln!("chatting with the main agent; `exit`, `quit` or Ctrl-D ends the session");
     let mut conversation: Vec<Message> = Vec::new();
+    // One trace for the session: a turn lists only the functions that changed.
+    let mut trace = Trace::default();
     while let Some(line) = input.read_line("you> ").await? {
         let line = line.trim();
         if line.is_empty() {
@@ -44,7 +46,11 @@ pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
         }
         conversation.push(Message::user(line));
         let run = agent.start_streaming(conversation.clone())?;
-        let mut view = StreamView::default();
+        let mut view = StreamView {
+            trace: &mut trace,
+            mid_line: false,
+            round_streamed: false,
+        };
         let result = follow(&agent, run, &answerer, &mut input, |event| {
             view.show(event);
         })
@@ -68,8 +74,9 @@ pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
 
 /// Shows one turn: the main agent's text as it streams in, on stdout after
 /// an `agent> ` label, and the trace lines of `ask` between.
-#[derive(Default)]
-struct StreamView {
+struct StreamView<'t> {
+    /// The session's trace, which outlives the turn.
+    trace: &'t mut Trace,
     /// Streamed text ends without a newline so far.
     mid_line: bool,
     /// The current main round streamed text: it is labelled, and its
@@ -77,7 +84,7 @@ struct StreamView {
     round_streamed: bool,
 }
 
-impl StreamView {
+impl StreamView<'_> {
     fn show(&mut self, event: &AgentEvent) {
         match event {
             AgentEvent::TextDelta {
@@ -113,7 +120,7 @@ impl StreamView {
                 {
                     self.round_streamed = false;
                 }
-                print_event(other);
+                self.trace.print(other);
             }
         }
     }
