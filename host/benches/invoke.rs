@@ -14,8 +14,12 @@
 //! parsed, validated and dispatched, their results serialized — what the
 //! runtime does per `call-tool` besides crossing the boundary; the rest of
 //! the steps' time above the floor is the guest's own code and the
-//! crossings. `inquireOrderStatus` (two read calls) on the SQLite demo tools
-//! is printed last as the end-to-end figure.
+//! crossings. Then the same steps as an embedder (and the gateway's invoke
+//! route) runs them, through `SkillHost::invoke` on a host with the same
+//! fixed tools: what the agent layer adds (the run task and its context,
+//! events, metrics, the confirmation policy's check). `inquireOrderStatus`
+//! (two read calls) on the SQLite demo tools is printed last as the
+//! end-to-end figure.
 //!
 //! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
 //! sample count).
@@ -36,8 +40,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use skillhost::agent::ConfirmationPolicy;
+use skillhost::embed::SkillHost;
 use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent, ToolDispatch};
 use skillhost::skills::SkillName;
+use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{self, DemoDb};
 use skillhost::tools::{Tool, ToolError, ToolRegistry, ToolSpec};
 
@@ -197,6 +204,34 @@ fn main() {
             || run(&refund, &input, &fixed),
         )
         .await;
+        // A skills directory of processRefund alone, verified as `serve`
+        // verifies it; the fixed applyRefund runs unattended, as it does
+        // in the gateway bench.
+        let skills = tempfile::tempdir().expect("temporary skills directory");
+        std::fs::copy(
+            root.join("skills/processRefund.wasm"),
+            skills.path().join("processRefund.wasm"),
+        )
+        .expect("copying processRefund");
+        let trusted = TrustStore::load(&[root.join("keys/trusted")]).expect("demo trust store");
+        let host = SkillHost::builder(skills.path(), SignaturePolicy::Require(trusted))
+            .tools(fixed_tools(&demo_tools))
+            .confirmation_policy(ConfirmationPolicy::never())
+            .hot_reload(false)
+            .build()
+            .await
+            .expect("skill host");
+        let through_host = measure(
+            "processRefund via SkillHost::invoke, same tools",
+            iterations,
+            || async {
+                let run = host
+                    .invoke("processRefund", input.clone())
+                    .expect("started");
+                run.result().await.expect("invocation");
+            },
+        )
+        .await;
         let skill = refund.name().clone();
         let host_share = measure(
             "  of which host tool path (native, no wasm)",
@@ -223,7 +258,14 @@ fn main() {
 
         println!("warm invocation, {iterations} samples each");
         println!("{:<52} {:>10} {:>10} {:>8}", "", "p50", "p99", "p50/floor");
-        for sample in [&floor, &noop_run, &steps, &host_share, &end_to_end] {
+        for sample in [
+            &floor,
+            &noop_run,
+            &steps,
+            &host_share,
+            &through_host,
+            &end_to_end,
+        ] {
             println!(
                 "{:<52} {:>8.1}µs {:>8.1}µs {:>8.2}x",
                 sample.label,
