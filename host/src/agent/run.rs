@@ -134,6 +134,10 @@ impl<T: Send + 'static> RunHandle<T> {
         F: Future<Output = Result<T, AgentError>> + Send + 'static,
     {
         let end = EndOfRun(run.milestones.clone());
+        // A run's future holds a wasmtime call's state: kilobytes, which
+        // tokio would otherwise copy whole each time it moves the task's
+        // stage (spawn, completion, reading the output). Boxed, it moves once.
+        let body = Box::pin(body);
         Self {
             id: run.id.clone(),
             confirmations: run.agent.confirmations.clone(),
