@@ -28,7 +28,8 @@
 //! (`CARGO_PROFILE_RELEASE_STRIP=false`, the `debian` toolchain command of
 //! `skill-plugins/build.sh`, into a scratch `CARGO_TARGET_DIR`), wrap it with
 //! `skill-plugins/componentize`, sign it with `skillhost sign` and put it in
-//! place of `skills/processRefund.wasm` for the session, turn on `Config::profiler(ProfilingStrategy::PerfMap)` in
+//! place of `skills/processRefund.wasm` for the session, turn on
+//! `Config::profiler(ProfilingStrategy::PerfMap)` in
 //! `runtime::engine_config` for the session, and record with
 //! `perf record -e cpu-clock -g` (this machine's perf has no hardware
 //! counters): the guest's functions then appear by name as `[JIT]` frames.

@@ -38,11 +38,12 @@ pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Str
                 let property = property
                     .as_str()
                     .map_or_else(|| property.to_string(), str::to_owned);
-                let _ = if field.is_empty() {
-                    write!(message, "field `{property}`: missing (required)")
+                let missing = if field.is_empty() {
+                    property
                 } else {
-                    write!(message, "field `{field}/{property}`: missing (required)")
+                    format!("{field}/{property}")
                 };
+                let _ = write!(message, "field `{missing}`: missing (required)");
             }
             _ if field.is_empty() => {
                 let _ = write!(message, "{error}");
