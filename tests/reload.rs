@@ -41,7 +41,9 @@ fn v2() -> Vec<u8> {
 
 /// A watched skills directory and the registry it feeds.
 struct Watched {
-    dir: tempfile::TempDir,
+    /// Holds the skills directory (or is it).
+    _root: tempfile::TempDir,
+    dir: PathBuf,
     host: DemoHost,
     registry: Arc<SkillRegistry>,
     events: broadcast::Receiver<ReloadEvent>,
@@ -61,15 +63,28 @@ impl Watched {
 
     /// Loads `dir` as it is on `host` under `policy` and starts watching it.
     async fn start_in(dir: tempfile::TempDir, host: DemoHost, policy: SignaturePolicy) -> Self {
+        let path = dir.path().to_owned();
+        Self::start_at(dir, path, host, policy).await
+    }
+
+    /// Loads `dir`, somewhere in `root`, as it is on `host` under `policy`
+    /// and starts watching it.
+    async fn start_at(
+        root: tempfile::TempDir,
+        dir: PathBuf,
+        host: DemoHost,
+        policy: SignaturePolicy,
+    ) -> Self {
         let registry =
-            SkillRegistry::load_dir(host.runtime.clone(), host.tools.clone(), policy, dir.path())
+            SkillRegistry::load_dir(host.runtime.clone(), host.tools.clone(), policy, &dir)
                 .await
                 .unwrap();
         let registry = Arc::new(registry);
         // Subscribed before watching: no event can be missed.
         let events = registry.subscribe();
-        let watch = watch(registry.clone(), dir.path()).unwrap();
+        let watch = watch(registry.clone(), &dir).unwrap();
         Self {
+            _root: root,
             dir,
             host,
             registry,
@@ -79,7 +94,7 @@ impl Watched {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
+        self.dir.join(name)
     }
 
     /// Deploys `bytes` as `name` the way editors and `mv` deployments do:
@@ -707,4 +722,124 @@ async fn a_configmap_swap_to_a_bad_component_keeps_the_old_version_serving() {
     assert_eq!(event.new, version_of(&v2(), "2.0.0"));
     assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+// The skills directory's own path: a link on it swapped (git-sync's `--link`:
+// `current -> .worktrees/<commit>`, skills in `current/skills`), or the
+// directory deleted and created again. No event inside the watched directory
+// says so; the watcher follows the path to where it leads now.
+
+/// A checkout laid out the way git-sync's `--link` keeps one: each commit in
+/// its own worktree, `current` a link swapped to the newest, the old
+/// worktree deleted after the swap.
+struct Checkout {
+    root: PathBuf,
+    commit: u32,
+}
+
+impl Checkout {
+    /// A checkout in `root` (which must exist) of a first commit holding
+    /// `files` in `skills/`.
+    fn create(root: &Path, files: &[(&str, &[u8])]) -> Self {
+        let mut checkout = Self {
+            root: root.to_owned(),
+            commit: 0,
+        };
+        checkout.publish(files);
+        checkout
+    }
+
+    /// The skills directory, as a deployment names it: through `current`.
+    fn skills(&self) -> PathBuf {
+        self.root.join("current/skills")
+    }
+
+    fn worktree(&self, commit: u32) -> PathBuf {
+        self.root.join(".worktrees").join(format!("{commit:040x}"))
+    }
+
+    /// Checks out a new commit holding `files`, swaps `current` to it
+    /// atomically and deletes the previous worktree.
+    fn publish(&mut self, files: &[(&str, &[u8])]) {
+        self.commit += 1;
+        let worktree = self.worktree(self.commit);
+        std::fs::create_dir_all(worktree.join("skills")).unwrap();
+        for (name, bytes) in files {
+            std::fs::write(worktree.join("skills").join(name), bytes).unwrap();
+        }
+        let link = self.root.join(".current.tmp");
+        std::os::unix::fs::symlink(worktree.strip_prefix(&self.root).unwrap(), &link).unwrap();
+        std::fs::rename(&link, self.root.join("current")).unwrap();
+        if self.commit > 1 {
+            std::fs::remove_dir_all(self.worktree(self.commit - 1)).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_link_swapped_on_the_directory_path_is_followed() {
+    let root = tempfile::tempdir().unwrap();
+    let mut checkout = Checkout::create(
+        root.path(),
+        &[("versioned.wasm", &v1()), ("noop.wasm", &noop())],
+    );
+    let skills = checkout.skills();
+    let mut watched = Watched::start_at(root, skills, DemoHost::new(), demo_policy()).await;
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+
+    checkout.publish(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
+    let path = watched.path("versioned.wasm");
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+
+    // The new worktree is the one watched now: a plain deployment into it
+    // (the old one is gone, and with it any watch left on it) is seen.
+    watched.rename_over("versioned.wasm", &v1());
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.new, version_of(&v1(), "1.0.0"));
+    // And so is the next swap.
+    checkout.publish(&[("versioned.wasm", &v2())]);
+    let event = watched.event_for(&watched.path("noop.wasm")).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unloaded);
+    let seen = watched.settle().await;
+    let snapshot = watched.registry.snapshot();
+    assert_eq!(snapshot.len(), 1, "{seen:?}");
+    assert_eq!(snapshot.failures().count(), 0);
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert_eq!(snapshot.get("versioned").unwrap().path, path);
+}
+
+#[tokio::test]
+async fn a_directory_deleted_and_created_again_is_watched_again() {
+    let root = tempfile::tempdir().unwrap();
+    let skills = root.path().join("skills");
+    std::fs::create_dir(&skills).unwrap();
+    std::fs::write(skills.join("versioned.wasm"), v1()).unwrap();
+    let mut watched = Watched::start_at(root, skills.clone(), DemoHost::new(), demo_policy()).await;
+    let seen = watched.settle().await;
+    assert!(seen.is_empty(), "{seen:?}");
+
+    let path = watched.path("versioned.wasm");
+    std::fs::remove_dir_all(&skills).unwrap();
+    assert_eq!(
+        watched.event_for(&path).await.outcome,
+        ReloadOutcome::Unloaded
+    );
+    std::fs::create_dir(&skills).unwrap();
+    watched.rename_over("versioned.wasm", &v2());
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    // Watched in its new incarnation: a later deployment is seen.
+    watched.rename_over("versioned.wasm", &v1());
+    let event = watched.event_for(&path).await;
+    assert_eq!(event.outcome, ReloadOutcome::Loaded);
+    assert_eq!(event.new, version_of(&v1(), "1.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
 }

@@ -241,7 +241,9 @@ fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
 pub fn init_tracing(cli: &Cli) {
     let default = match cli.verbose {
         0 => "warn",
-        1 => "info",
+        // notify reports its own housekeeping at info (a watch on a deleted
+        // directory it could not remove): nothing an operator acts on.
+        1 => "info,notify=warn",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SKILLHOST_LOG")

@@ -44,6 +44,18 @@
 //! (the watch is not recursive): a change inside one is seen only when it
 //! is swapped in as described.
 //!
+//! The directory's own path is followed as well. Where it leads can change
+//! with no event inside it: the directory is deleted and created again, or
+//! a link on its path is swapped — git-sync's `--link` (`current ->
+//! .worktrees/<commit>`, the skills directory `current/skills`), a
+//! `current -> releases/<n>` deployment. A second watcher watches the
+//! directories holding the entries the path goes through (each symlink met
+//! while resolving it, and the directory's own entry); a create, remove or
+//! rename of one of those entries asks for a rescan, and before each rescan
+//! the path is resolved again: if it now leads to another directory, the
+//! watches are set up afresh there (see [`Watches::follow`]) and the rescan
+//! loads what that directory holds.
+//!
 //! A file still being written when its sync runs (a writer pausing longer
 //! than [`DEBOUNCE`]) is refused — a cut-short file fails signature
 //! verification, or compilation when signatures are not required — and the
@@ -51,13 +63,16 @@
 //! again. When the watcher starts, and whenever the OS reports that events
 //! were lost, the directory is rescanned.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
-use notify::{EventKind, RecursiveMode, Watcher};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -72,9 +87,12 @@ use super::registry::{is_skill_file, wasm_files};
 /// milliseconds (Spin's watch waits 100 ms, then restarts the whole app).
 pub const DEBOUNCE: Duration = Duration::from_millis(20);
 
+/// Symlinks followed while resolving the skills directory's path before
+/// giving up on finding where it leads (the kernel's own limit is 40).
+const MAX_LINKS: usize = 40;
+
 /// Keeps the registry watching while alive; dropping it stops the watcher.
 pub struct WatchHandle {
-    _watcher: notify::RecommendedWatcher,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -109,35 +127,189 @@ enum Change {
 /// loaded are not missed. Must be called inside a tokio runtime.
 pub fn watch(registry: Arc<SkillRegistry>, dir: &Path) -> Result<WatchHandle, WatchError> {
     let (sender, receiver) = mpsc::unbounded_channel();
-    let catch_up = sender.clone();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        match event {
-            Ok(event) => {
-                if let Some(change) = change_of(event) {
-                    // The receiver is gone only when the handle was dropped.
-                    let _ = sender.send(change);
-                }
-            }
-            Err(error) => tracing::warn!(%error, "file watcher error"),
-        }
-    })
-    .map_err(|source| WatchError {
-        dir: dir.to_owned(),
-        source,
-    })?;
-    watcher
-        .watch(dir, RecursiveMode::NonRecursive)
-        .map_err(|source| WatchError {
+    let watches = Watches::set(dir, sender.clone())?;
+    // Queued after the watches are in place: nothing falls in between.
+    let _ = sender.send(Change::Rescan);
+    let task = tokio::spawn(debounce_and_sync(registry, watches, receiver));
+    Ok(WatchHandle { task })
+}
+
+/// The watches on the skills directory `dir`: one on its entries, one on
+/// the entries its path goes through. Replaced whole when the path comes to
+/// lead to another directory: a fresh watcher has no state about the old
+/// one, whose deletion may still be reported under the same path.
+struct Watches {
+    dir: PathBuf,
+    changes: mpsc::UnboundedSender<Change>,
+    /// Device and inode of the directory `dir` led to when it was watched.
+    target: (u64, u64),
+    /// Set when that directory was deleted or moved away: a directory
+    /// created in its place may get the same inode number.
+    gone: Arc<AtomicBool>,
+    _entries: RecommendedWatcher,
+    _path: Option<RecommendedWatcher>,
+}
+
+impl Watches {
+    /// Watches what `dir` leads to now. Fails when that directory cannot be
+    /// watched; the path's entries are watched where possible (a parent the
+    /// host may not read is logged and skipped).
+    fn set(dir: &Path, changes: mpsc::UnboundedSender<Change>) -> Result<Self, WatchError> {
+        let error = |source| WatchError {
             dir: dir.to_owned(),
             source,
-        })?;
-    // Queued after the watch is in place: nothing falls in between.
-    let _ = catch_up.send(Change::Rescan);
-    let task = tokio::spawn(debounce_and_sync(registry, dir.to_owned(), receiver));
-    Ok(WatchHandle {
-        _watcher: watcher,
-        task,
+        };
+        let target = std::fs::metadata(dir)
+            .map(|meta| (meta.dev(), meta.ino()))
+            .map_err(|e| error(notify::Error::io(e)))?;
+        let sender = changes.clone();
+        let gone = Arc::new(AtomicBool::new(false));
+        let watched = (dir.to_owned(), gone.clone());
+        let mut entries =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                match event {
+                    Ok(event) => {
+                        let (dir, gone) = &watched;
+                        // Events about the watched directory itself carry its path.
+                        let moved = matches!(
+                            event.kind,
+                            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+                        );
+                        if moved && event.paths.iter().any(|path| path == dir) {
+                            gone.store(true, Ordering::Relaxed);
+                        }
+                        if let Some(change) = change_of(event) {
+                            // The receiver is gone only when the handle was dropped.
+                            let _ = sender.send(change);
+                        }
+                    }
+                    Err(error) => tracing::warn!(%error, "file watcher error"),
+                }
+            })
+            .map_err(error)?;
+        entries
+            .watch(dir, RecursiveMode::NonRecursive)
+            .map_err(error)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            _path: watch_path(dir, changes.clone()),
+            changes,
+            target,
+            gone,
+            _entries: entries,
+        })
+    }
+
+    /// Called before each rescan: when `dir` now leads to another directory
+    /// (a swapped link, a directory created anew), watches that one instead.
+    /// While `dir` leads nowhere the old watches stay; the path's watch sees
+    /// it come back.
+    fn follow(&mut self) {
+        let now = std::fs::metadata(&self.dir).map(|meta| (meta.dev(), meta.ino()));
+        let same = now.as_ref().is_ok_and(|now| *now == self.target);
+        if same && !self.gone.load(Ordering::Relaxed) {
+            return;
+        }
+        match Self::set(&self.dir, self.changes.clone()) {
+            Ok(watches) => {
+                tracing::info!(
+                    dir = %self.dir.display(),
+                    "the skills directory's path leads to another directory now; watching it"
+                );
+                *self = watches;
+            }
+            Err(error) => tracing::warn!(%error, "the skills directory cannot be watched"),
+        }
+    }
+}
+
+/// Watches the directories holding the entries `dir`'s path goes through
+/// ([`entries_on_the_way`]); a create, remove or rename of one of those
+/// entries (or lost events) asks for a rescan. `None` when no such
+/// directory could be watched.
+fn watch_path(dir: &Path, changes: mpsc::UnboundedSender<Change>) -> Option<RecommendedWatcher> {
+    let entries: HashSet<PathBuf> = entries_on_the_way(dir).into_iter().collect();
+    let parents: HashSet<PathBuf> = entries
+        .iter()
+        .filter_map(|entry| entry.parent().map(Path::to_owned))
+        .collect();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else { return };
+        // Opening or listing the directory, or a change of its metadata,
+        // changes nothing about where the path leads.
+        let moved = matches!(
+            event.kind,
+            EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        );
+        let ours = event.paths.iter().any(|path| entries.contains(path));
+        if event.need_rescan() || (moved && ours) {
+            let _ = changes.send(Change::Rescan);
+        }
     })
+    .inspect_err(|error| tracing::warn!(%error, "cannot watch the skills directory's path"))
+    .ok()?;
+    let mut watching = false;
+    for parent in &parents {
+        match watcher.watch(parent, RecursiveMode::NonRecursive) {
+            Ok(()) => watching = true,
+            Err(error) => tracing::warn!(
+                dir = %dir.display(), parent = %parent.display(), %error,
+                "cannot watch a directory on the skills directory's path; a link swapped there \
+                 will not be followed"
+            ),
+        }
+    }
+    watching.then_some(watcher)
+}
+
+/// The entries resolving `dir` goes through that can change where it leads,
+/// each as the absolute path it was met at: every symlink on the way, and
+/// the directory's own entry where it really is. `current/skills` with
+/// `current -> .worktrees/abc` gives `/…/current` and
+/// `/…/.worktrees/abc/skills`.
+fn entries_on_the_way(dir: &Path) -> Vec<PathBuf> {
+    let Ok(absolute) = std::path::absolute(dir) else {
+        return Vec::new();
+    };
+    let mut entries = Vec::new();
+    let mut resolved = PathBuf::new();
+    let mut rest = VecDeque::new();
+    queue_components(&mut rest, &mut resolved, &absolute);
+    let mut links = 0;
+    while let Some(name) = rest.pop_front() {
+        if name == ".." {
+            resolved.pop();
+            continue;
+        }
+        let entry = resolved.join(&name);
+        match std::fs::read_link(&entry) {
+            Ok(target) if links < MAX_LINKS => {
+                links += 1;
+                entries.push(entry);
+                // A relative target continues from the link's directory.
+                queue_components(&mut rest, &mut resolved, &target);
+            }
+            _ => resolved = entry,
+        }
+    }
+    entries.push(resolved);
+    entries
+}
+
+/// Puts `path`'s components at the front of the names still to resolve; a
+/// root starts the resolution over from it.
+fn queue_components(rest: &mut VecDeque<OsString>, resolved: &mut PathBuf, path: &Path) {
+    for component in path.components().rev() {
+        match component {
+            Component::RootDir | Component::Prefix(_) => {
+                *resolved = PathBuf::from(component.as_os_str());
+            }
+            Component::CurDir => {}
+            Component::ParentDir | Component::Normal(_) => {
+                rest.push_front(component.as_os_str().to_owned());
+            }
+        }
+    }
 }
 
 /// What an entry of the skills directory is to the watcher.
@@ -289,7 +461,7 @@ impl Schedule {
 
 async fn debounce_and_sync(
     registry: Arc<SkillRegistry>,
-    dir: PathBuf,
+    mut watches: Watches,
     mut changes: mpsc::UnboundedReceiver<Change>,
 ) {
     let mut schedule = Schedule::default();
@@ -298,7 +470,13 @@ async fn debounce_and_sync(
             Some(deadline) => tokio::select! {
                 change = changes.recv() => change,
                 () = tokio::time::sleep_until(deadline) => {
-                    let ready = schedule.take_due(Instant::now(), || everything(&registry, &dir));
+                    // A rescan first makes sure it lists the directory the
+                    // path leads to now, watched from now on.
+                    let rescan = || {
+                        watches.follow();
+                        everything(&registry, &watches.dir)
+                    };
+                    let ready = schedule.take_due(Instant::now(), rescan);
                     for path in ready {
                         registry.sync_path(&path).await;
                     }
@@ -484,6 +662,42 @@ mod tests {
             change_of(event(to, &[&path(&skill)])),
             paths(&[], &[&path(&skill)])
         );
+    }
+
+    #[test]
+    fn the_directory_path_is_resolved_through_every_link_on_it() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        // Resolved already, so that the expected paths are where they lead.
+        let root = root.path().canonicalize().unwrap();
+        let worktree = root.join(".worktrees/abc");
+        std::fs::create_dir_all(worktree.join("skills")).unwrap();
+        std::fs::create_dir(root.join("releases")).unwrap();
+        symlink(".worktrees/abc", root.join("current")).unwrap();
+        symlink(root.join("current"), root.join("live")).unwrap();
+        symlink("../current", root.join("releases/latest")).unwrap();
+
+        let skills = worktree.join("skills");
+        assert_eq!(entries_on_the_way(&skills), std::slice::from_ref(&skills));
+        assert_eq!(
+            entries_on_the_way(&root.join("current/skills")),
+            [root.join("current"), skills.clone()]
+        );
+        assert_eq!(
+            entries_on_the_way(&root.join("live/skills")),
+            [root.join("live"), root.join("current"), skills.clone()]
+        );
+        assert_eq!(
+            entries_on_the_way(&root.join("releases/latest/skills")),
+            [root.join("releases/latest"), root.join("current"), skills]
+        );
+        // A link to the directory itself, and a directory not there (yet).
+        assert_eq!(
+            entries_on_the_way(&root.join("current")),
+            [root.join("current"), worktree]
+        );
+        let missing = root.join("missing/skills");
+        assert_eq!(entries_on_the_way(&missing), [missing]);
     }
 
     fn at(start: Instant, ms: u64) -> Instant {
