@@ -510,9 +510,9 @@ async fn an_llm_failure_ends_the_run_with_a_typed_error() {
         .await
         .unwrap_err();
     match error {
-        skillhost::agent::AgentError::Llm { caller, source } => {
+        skillhost::agent::AgentError::Llm { caller, cause } => {
             assert_eq!(caller, Caller::Main);
-            assert!(source.to_string().contains("upstream exploded"), "{source}");
+            assert!(cause.to_string().contains("upstream exploded"), "{cause}");
         }
         other => panic!("expected an LLM error, got {other}"),
     }

@@ -351,9 +351,9 @@ impl RunContext {
         } else {
             llm.chat(&request).await
         };
-        let response = response.map_err(|source| AgentError::Llm {
+        let response = response.map_err(|cause| AgentError::Llm {
             caller: caller.clone(),
-            source,
+            cause,
         })?;
         {
             let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);

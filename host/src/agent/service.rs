@@ -29,12 +29,12 @@ pub enum AgentError {
     )]
     NotConfigured,
     /// An LLM call failed (after the client's retries).
-    #[error("the {caller}'s LLM call failed: {source}")]
+    #[error("the {caller}'s LLM call failed: {cause}")]
     Llm {
         /// Whose call.
         caller: Caller,
-        /// Why.
-        source: LlmError,
+        /// Why (in the message, so not also its `source()`).
+        cause: LlmError,
     },
     /// The loop used all its rounds without a final answer. For a skill's
     /// sub-agent this is reported to the main agent, not raised.

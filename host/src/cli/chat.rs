@@ -64,7 +64,7 @@ pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
             Err(error) => {
                 // The session goes on without the failed turn.
                 conversation.pop();
-                eprintln!("error: {error:#}");
+                eprintln!("error: {}", super::describe(&error));
                 eprintln!("(that message was not answered and is left out of the conversation)");
             }
         }

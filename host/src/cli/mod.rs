@@ -234,6 +234,25 @@ fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
     Ok(Arc::new(tools))
 }
 
+/// `error` and its causes as one line, `outer: cause: …`, for a person. A
+/// cause whose message the previous one already ends with is left out: many
+/// errors (ours, io, SQLite, wasmtime's) both quote their cause and return
+/// it as `source()`, and `{:#}` would print it twice.
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let message = cause.to_string();
+        if line.ends_with(&message) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&message);
+    }
+    line
+}
+
 /// Logs to stderr at the level `-v` or `SKILLHOST_LOG` asks for, in the
 /// format `--log-format`, `SKILLHOST_LOG_FORMAT` or (for `serve`) the config
 /// file asks for. A span (skill invocation, tool call, agent round, LLM
@@ -277,6 +296,23 @@ fn log_format(cli: &Cli) -> LogFormat {
 
 #[cfg(test)]
 mod tests {
+    use super::describe;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read /x: {0}")]
+        struct Quotes(#[source] std::io::Error);
+        let error = anyhow::Error::new(Quotes(io())).context("starting the host");
+        assert_eq!(
+            describe(&error),
+            "starting the host: cannot read /x: no such file"
+        );
+        let error = anyhow::Error::new(io()).context("reading /x");
+        assert_eq!(describe(&error), "reading /x: no such file");
+    }
+
     use clap::{CommandFactory, Parser};
 
     use super::{Cli, LogFormat, log_format};

@@ -313,12 +313,12 @@ pub struct ReloadEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// Listing the directory failed.
-    #[error("cannot read skills directory {}: {source}", dir.display())]
+    #[error("cannot read skills directory {}: {cause}", dir.display())]
     ReadDir {
         /// The directory.
         dir: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, so not also its `source()`).
+        cause: std::io::Error,
     },
 }
 
@@ -424,9 +424,9 @@ impl SkillRegistry {
         mut progress: impl FnMut(LoadProgress),
     ) -> Result<Self, RegistryError> {
         let registry = Self::new(runtime, tools, policy);
-        let paths = wasm_files(dir).map_err(|source| RegistryError::ReadDir {
+        let paths = wasm_files(dir).map_err(|cause| RegistryError::ReadDir {
             dir: dir.to_owned(),
-            source,
+            cause,
         })?;
         let mut seen = LoadProgress {
             done: 0,

@@ -102,12 +102,13 @@ impl Drop for WatchHandle {
     }
 }
 
-/// Why watching could not start.
+/// Why watching could not start. The message includes the cause, which is
+/// therefore not also its `source()`: a chain printer would say it twice.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot watch {}: {source}", dir.display())]
+#[error("cannot watch {}: {cause}", dir.display())]
 pub struct WatchError {
     dir: PathBuf,
-    source: notify::Error,
+    cause: notify::Error,
 }
 
 /// What one file-system event asks of the registry.
@@ -155,9 +156,9 @@ impl Watches {
     /// watched; the path's entries are watched where possible (a parent the
     /// host may not read is logged and skipped).
     fn set(dir: &Path, changes: mpsc::UnboundedSender<Change>) -> Result<Self, WatchError> {
-        let error = |source| WatchError {
+        let error = |cause| WatchError {
             dir: dir.to_owned(),
-            source,
+            cause,
         };
         let target = std::fs::metadata(dir)
             .map(|meta| (meta.dev(), meta.ino()))

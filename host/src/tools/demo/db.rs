@@ -31,10 +31,11 @@ pub struct DemoDb {
 /// Why the demo database could not be opened or read.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoDbError {
-    #[error("cannot open the demo database at {}: {source}", path.display())]
+    /// The cause is in the message, so not also the error's `source()`.
+    #[error("cannot open the demo database at {}: {cause}", path.display())]
     Open {
         path: PathBuf,
-        source: rusqlite::Error,
+        cause: rusqlite::Error,
     },
     #[error("demo database schema version {found} is not the supported version {supported}")]
     UnsupportedSchema { found: i64, supported: i64 },
@@ -69,9 +70,9 @@ impl DemoDb {
     /// system clock; see [`DemoDb::with_clock`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DemoDbError> {
         let path = path.as_ref();
-        let conn = Connection::open(path).map_err(|source| DemoDbError::Open {
+        let conn = Connection::open(path).map_err(|cause| DemoDbError::Open {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
         Self::init(conn)
     }
