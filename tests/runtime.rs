@@ -328,3 +328,79 @@ async fn component_with_an_unknown_import_is_refused_naming_it() {
         "{error}"
     );
 }
+
+/// Holds every tool call until `open` is released, then forwards it.
+struct Gate {
+    host: Arc<DemoHost>,
+    open: tokio::sync::Semaphore,
+    waiting: tokio::sync::Notify,
+    arrived: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl ToolDispatch for Gate {
+    async fn call_tool(
+        &self,
+        skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        self.arrived
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.waiting.notify_one();
+        let _pass = self.open.acquire().await.expect("the gate stays");
+        self.host.tools.call_tool(skill, tool, arguments).await
+    }
+}
+
+/// More invocations than the instance pool holds (a slow tool keeps each
+/// one's instance alive): the extra ones wait for a slot instead of failing,
+/// and a skill can still be loaded meanwhile.
+#[tokio::test]
+async fn invocations_beyond_the_pool_wait_for_a_slot() {
+    let mut host = DemoHost::new();
+    host.runtime = skillhost::runtime::Runtime::new(skillhost::runtime::RuntimeConfig {
+        max_concurrent_instances: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let host = Arc::new(host);
+    let skill = host.load(&skill_file("inquireOrderStatus")).await;
+    let gate = Arc::new(Gate {
+        host: host.clone(),
+        open: tokio::sync::Semaphore::new(0),
+        waiting: tokio::sync::Notify::new(),
+        arrived: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..6 {
+        let (skill, gate) = (skill.clone(), gate.clone());
+        let dispatch: Arc<dyn ToolDispatch> = gate;
+        tasks.spawn(async move { skill.run(&json!({ "orderId": "88231" }), dispatch).await });
+    }
+    // Both slots taken, each by an invocation parked in a tool call.
+    while gate.arrived.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+        gate.waiting.notified().await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        gate.arrived.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the others wait for a slot"
+    );
+    assert!(
+        tasks.try_join_next().is_none(),
+        "none failed for want of a slot"
+    );
+    // Loading reads the manifest from an instance of its own: it waits too.
+    let loading = {
+        let host = host.clone();
+        tokio::spawn(async move { host.load(&skill_file("processRefund")).await })
+    };
+    gate.open.add_permits(1000);
+    while let Some(result) = tasks.join_next().await {
+        let report = result.unwrap().expect("every invocation runs");
+        assert!(matches!(report.outcome, RunOutcome::Done(_)));
+    }
+    assert_eq!(loading.await.unwrap().name().as_str(), "processRefund");
+}

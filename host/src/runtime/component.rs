@@ -179,6 +179,7 @@ impl SkillComponent {
     #[doc(hidden)]
     pub async fn instantiate_only(&self) -> Result<(), InvokeError> {
         let limits = self.inner.runtime.config().limits;
+        let _slot = self.inner.runtime.instance_slot().await;
         let mut store = self.store(Arc::new(ToolRegistry::new()), limits);
         match self.inner.pre.instantiate_async(&mut store).await {
             Ok(_) => Ok(()),
@@ -209,6 +210,8 @@ impl SkillComponent {
             return Err(InvokeError::NoSteps { skill });
         }
         self.validate_input(input)?;
+        // Declared before the store, so dropped after it.
+        let _slot = self.inner.runtime.instance_slot().await;
         let started = Instant::now();
         let mut store = self.store(dispatch, limits);
         let result = async {
@@ -307,6 +310,7 @@ async fn describe(
         Arc::new(ToolRegistry::new()),
         limits,
     );
+    let _slot = runtime.instance_slot().await;
     let mut store = sandboxed_store(runtime.engine(), state);
     let result: wasmtime::Result<_> = async {
         let instance: Skill = pre.instantiate_async(&mut store).await?;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use wasmtime::component::Linker;
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
@@ -45,7 +46,12 @@ pub struct RuntimeConfig {
     /// no invocation can be given more.
     pub limits: Limits,
     /// Component instances that can be live at once (the pool's size).
-    /// Default: 128. Each slot reserves address space, not memory.
+    /// Default: 128. Each slot reserves address space, not memory. An
+    /// invocation (or a load reading a manifest) that finds every slot in
+    /// use — say, 128 invocations each waiting on a slow tool — waits for
+    /// one, first come first served, instead of failing. Each slot also
+    /// holds 4 core instances, 2 memories and 4 tables (Rust guests use one
+    /// or two of each); components needing more share the pool's totals.
     pub max_concurrent_instances: u32,
     /// Directory of the compilation cache: wasmtime's own cache, keyed by the
     /// SHA-256 of the component's bytes together with the engine's settings
@@ -85,6 +91,10 @@ struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
     config: RuntimeConfig,
+    /// One permit per pooled instance slot: held from before a store is
+    /// created until after it is dropped, so instantiation never finds the
+    /// pool full.
+    slots: Semaphore,
     /// The engine's compilation cache (a handle sharing its counters).
     cache: Option<Cache>,
 }
@@ -126,6 +136,7 @@ impl Runtime {
             inner: Arc::new(RuntimeInner {
                 engine,
                 linker,
+                slots: Semaphore::new(config.max_concurrent_instances as usize),
                 config,
                 cache,
             }),
@@ -151,6 +162,24 @@ impl Runtime {
 
     pub(crate) fn linker(&self) -> &Linker<HostState> {
         &self.inner.linker
+    }
+
+    /// One of the pool's instance slots, waiting while all are in use. Hold
+    /// it from before the store is created until after it is dropped (the
+    /// store's drop returns the slot to the pool).
+    pub(crate) async fn instance_slot(&self) -> SemaphorePermit<'_> {
+        let slots = &self.inner.slots;
+        if let Ok(slot) = slots.try_acquire() {
+            return slot;
+        }
+        tracing::debug!(
+            slots = self.inner.config.max_concurrent_instances,
+            "every instance slot is in use; waiting for one"
+        );
+        slots
+            .acquire()
+            .await
+            .expect("the slot semaphore is never closed")
     }
 }
 
