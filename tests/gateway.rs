@@ -799,6 +799,10 @@ async fn metrics_move_after_traffic() {
     let invocations = r#"skillhost_invocations_total{skill="inquireOrderStatus",outcome="done"}"#;
     assert_eq!(metric(&before, invocations), 0.0);
     assert_eq!(metric(&before, "skillhost_skills_loaded"), 2.0);
+    // The instance pool, read at the scrape: this host's 8 slots, all free.
+    assert_eq!(metric(&before, "skillhost_instance_slots"), 8.0);
+    assert_eq!(metric(&before, "skillhost_instances_live"), 0.0);
+    assert_eq!(metric(&before, "skillhost_instances_waiting"), 0.0);
 
     served
         .post(

@@ -392,6 +392,8 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
         tasks.try_join_next().is_none(),
         "none failed for want of a slot"
     );
+    let slots = host.runtime.instance_slots();
+    assert_eq!((slots.total, slots.in_use, slots.waiting), (2, 2, 4));
     // Loading reads the manifest from an instance of its own: it waits too.
     let loading = {
         let host = host.clone();

@@ -18,6 +18,7 @@ use crate::agent::{
     AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
     SkillPath,
 };
+use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
 use crate::tools::ToolRegistry;
 
@@ -88,9 +89,12 @@ pub(super) struct Observers {
 }
 
 impl Observers {
-    pub(super) fn new(tools: Arc<ToolRegistry>) -> Self {
+    /// Observers of a host whose skills run on `runtime`.
+    pub(super) fn new(tools: Arc<ToolRegistry>, runtime: Runtime) -> Self {
+        let mut metrics = HostMetrics::new();
+        metrics.observe_instances(runtime);
         Self {
-            metrics: HostMetrics::new(),
+            metrics,
             events: broadcast::channel(EVENT_BUFFER).0,
             tools,
         }

@@ -17,21 +17,26 @@
 //! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`) | confirmations opened and how they ended |
 //! | `skillhost_reloads_total` | `outcome` (`loaded`, `unchanged`, `unloaded`, `rejected`) | changes to the skills directory |
 //! | `skillhost_skills_loaded` | | skills serving now |
+//! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
+//! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
+//! | `skillhost_instances_waiting` | | invocations and loads waiting for a free slot |
 //! | `skillhost_http_requests_total` | `route`, `method`, `status` | gateway requests |
 //! | `skillhost_http_request_duration_seconds` | `route` | gateway latency until the response starts |
 //! | `skillhost_http_errors_total` | `code` | gateway error responses by error code |
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::agent::llm::Usage;
 use crate::agent::{CallOutcome, Caller, Declined, Resolution};
+use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, ReloadOutcome, SkillName};
 
 /// The content type of [`HostMetrics::encode`]'s output.
@@ -102,6 +107,44 @@ struct RouteLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabel {
     code: &'static str,
+}
+
+/// The instance pool's gauges: read at each scrape, so they are never stale.
+struct InstanceSlotsCollector(Runtime);
+
+impl std::fmt::Debug for InstanceSlotsCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("InstanceSlotsCollector")
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for InstanceSlotsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let slots = self.0.instance_slots();
+        for (name, help, value) in [
+            (
+                "instance_slots",
+                "Size of the sandbox's instance pool",
+                slots.total,
+            ),
+            (
+                "instances_live",
+                "Skill instances alive now (invocations running, manifests being read)",
+                slots.in_use,
+            ),
+            (
+                "instances_waiting",
+                "Invocations and loads waiting for a free instance slot",
+                slots.waiting,
+            ),
+        ] {
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
 }
 
 /// The metrics of one host. Cheap to share (`Arc`); recording is lock-free
@@ -217,6 +260,12 @@ impl HostMetrics {
             registry,
             ..metrics
         }
+    }
+
+    /// Adds the instance pool's gauges, read from `runtime` at each scrape.
+    pub(super) fn observe_instances(&mut self, runtime: Runtime) {
+        self.registry
+            .register_collector(Box::new(InstanceSlotsCollector(runtime)));
     }
 
     /// The OpenMetrics text exposition (content type [`CONTENT_TYPE`]).

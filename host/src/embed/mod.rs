@@ -261,7 +261,7 @@ impl SkillHostBuilder {
             )
             .await?,
         );
-        let observers = Arc::new(Observers::new(tools));
+        let observers = Arc::new(Observers::new(tools, skills.runtime().clone()));
         observers.metrics.set_skills_loaded(skills.snapshot().len());
         // Subscribed before the watcher starts, so no change is missed.
         let reloads = AbortOnDrop(tokio::spawn(events::forward_reloads(

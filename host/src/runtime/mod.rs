@@ -13,6 +13,7 @@ mod limits;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -95,8 +96,22 @@ struct RuntimeInner {
     /// created until after it is dropped, so instantiation never finds the
     /// pool full.
     slots: Semaphore,
+    /// Stores waiting for a slot now.
+    waiting: AtomicUsize,
     /// The engine's compilation cache (a handle sharing its counters).
     cache: Option<Cache>,
+}
+
+/// The instance pool at one moment ([`Runtime::instance_slots`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceSlots {
+    /// Its size, [`RuntimeConfig::max_concurrent_instances`].
+    pub total: usize,
+    /// Slots held by a live store (an invocation, or a load reading a
+    /// manifest).
+    pub in_use: usize,
+    /// Invocations and loads waiting for a slot.
+    pub waiting: usize,
 }
 
 /// Compilation-cache lookups since the [`Runtime`] was created.
@@ -111,8 +126,13 @@ pub struct CacheStats {
 impl Runtime {
     /// Creates the engine and linker and starts the epoch ticker. Fails when
     /// the engine cannot be configured, e.g. when `config.cache_dir` cannot be
-    /// created.
+    /// created, or when `max_concurrent_instances` is 0.
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
+        // With no slot, every invocation would wait forever.
+        anyhow::ensure!(
+            config.max_concurrent_instances > 0,
+            "max_concurrent_instances must be at least 1"
+        );
         let cache = config.cache_dir.as_deref().map(open_cache).transpose()?;
         let mut engine_config = engine_config(&config);
         engine_config.cache(cache.clone());
@@ -137,6 +157,7 @@ impl Runtime {
                 engine,
                 linker,
                 slots: Semaphore::new(config.max_concurrent_instances as usize),
+                waiting: AtomicUsize::new(0),
                 config,
                 cache,
             }),
@@ -176,10 +197,30 @@ impl Runtime {
             slots = self.inner.config.max_concurrent_instances,
             "every instance slot is in use; waiting for one"
         );
+        /// Counts a wait for as long as it lasts, however it ends (a caller
+        /// may give up and drop it).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.inner.waiting.fetch_add(1, Ordering::Relaxed);
+        let _waiting = Waiting(&self.inner.waiting);
         slots
             .acquire()
             .await
             .expect("the slot semaphore is never closed")
+    }
+
+    /// How the instance pool is used right now.
+    pub fn instance_slots(&self) -> InstanceSlots {
+        let total = self.inner.config.max_concurrent_instances as usize;
+        InstanceSlots {
+            total,
+            in_use: total - self.inner.slots.available_permits(),
+            waiting: self.inner.waiting.load(Ordering::Relaxed),
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use serde::Deserialize;
 
 use skillhost::agent::llm::{ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy};
+use skillhost::runtime::{Limits, RuntimeConfig};
 use skillhost::tools::http::HttpToolConfig;
 
 use crate::cli::LogFormat;
@@ -36,6 +37,8 @@ pub struct ConfigFile {
     confirmation: ConfirmationSection,
     #[serde(default)]
     llm: LlmSection,
+    #[serde(default)]
+    sandbox: SandboxSection,
     /// HTTP endpoints exposed as tools.
     #[serde(default)]
     pub tools: Vec<HttpToolConfig>,
@@ -83,6 +86,19 @@ struct LlmSection {
     base_url: Option<String>,
     /// The environment variable holding the key.
     api_key_env: Option<String>,
+}
+
+/// `[sandbox]`: the limits of each invocation of a skill's steps, and the
+/// instance pool. Defaults: [`Limits::default`], [`RuntimeConfig::default`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxSection {
+    execution_time_ms: Option<u64>,
+    memory_mib: Option<usize>,
+    tool_calls: Option<u32>,
+    output_bytes: Option<usize>,
+    log_lines: Option<u32>,
+    max_instances: Option<u32>,
 }
 
 impl super::ServeArgs {
@@ -138,6 +154,44 @@ impl ConfigFile {
         config
     }
 
+    /// `runtime` with the file's `[sandbox]` settings over it. A zero where
+    /// nothing could run (time, memory, instances) is an error naming the
+    /// key.
+    pub fn runtime_config(&self, runtime: RuntimeConfig) -> anyhow::Result<RuntimeConfig> {
+        let sandbox = &self.sandbox;
+        let at_least_one = |key: &str, value: Option<u64>| match value {
+            Some(0) => Err(anyhow::anyhow!(
+                "[sandbox] {key} must be at least 1: with 0 no skill could run"
+            )),
+            _ => Ok(()),
+        };
+        at_least_one("execution_time_ms", sandbox.execution_time_ms)?;
+        at_least_one("memory_mib", sandbox.memory_mib.map(|mib| mib as u64))?;
+        at_least_one("max_instances", sandbox.max_instances.map(u64::from))?;
+        let defaults = runtime.limits;
+        let memory_bytes = match sandbox.memory_mib {
+            Some(mib) => mib
+                .checked_mul(1 << 20)
+                .context("[sandbox] memory_mib is too large")?,
+            None => defaults.memory_bytes,
+        };
+        Ok(RuntimeConfig {
+            limits: Limits {
+                execution_time: sandbox
+                    .execution_time_ms
+                    .map_or(defaults.execution_time, Duration::from_millis),
+                memory_bytes,
+                tool_calls: sandbox.tool_calls.unwrap_or(defaults.tool_calls),
+                output_bytes: sandbox.output_bytes.unwrap_or(defaults.output_bytes),
+                log_lines: sandbox.log_lines.unwrap_or(defaults.log_lines),
+            },
+            max_concurrent_instances: sandbox
+                .max_instances
+                .unwrap_or(runtime.max_concurrent_instances),
+            ..runtime
+        })
+    }
+
     /// The LLM's variables: the environment, then the file.
     pub fn llm_lookup<E: Fn(&str) -> Option<String>>(
         &self,
@@ -175,6 +229,35 @@ mod tests {
         assert_eq!(file.server.log_format, Some(LogFormat::Text));
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
+    }
+
+    #[test]
+    fn sandbox_settings_go_over_the_defaults_and_zeros_are_refused() {
+        let file = ConfigFile::parse(
+            "[sandbox]\nexecution_time_ms = 500\nmemory_mib = 16\nmax_instances = 4\n",
+        )
+        .unwrap();
+        let config = file.runtime_config(RuntimeConfig::default()).unwrap();
+        assert_eq!(config.limits.execution_time, Duration::from_millis(500));
+        assert_eq!(config.limits.memory_bytes, 16 << 20);
+        assert_eq!(config.max_concurrent_instances, 4);
+        assert_eq!(config.limits.tool_calls, Limits::default().tool_calls);
+        let example = ConfigFile::parse(EXAMPLE).unwrap();
+        let config = example.runtime_config(RuntimeConfig::default()).unwrap();
+        assert_eq!(
+            config.limits,
+            Limits::default(),
+            "the example shows the defaults"
+        );
+        assert_eq!(
+            config.max_concurrent_instances,
+            RuntimeConfig::default().max_concurrent_instances
+        );
+        for key in ["execution_time_ms", "memory_mib", "max_instances"] {
+            let file = ConfigFile::parse(&format!("[sandbox]\n{key} = 0\n")).unwrap();
+            let error = file.runtime_config(RuntimeConfig::default()).unwrap_err();
+            assert!(error.to_string().contains(key), "{error}");
+        }
     }
 
     #[test]
