@@ -99,7 +99,29 @@ fn main() -> anyhow::Result<()> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?
-        .block_on(bench(&settings))
+        .block_on(async {
+            // Ctrl-C or a CI timeout's SIGTERM drops the bench, whose
+            // servers are killed as they drop, instead of orphaning them.
+            tokio::select! {
+                result = bench(&settings) => result,
+                signal = interrupted() => bail!("stopped by {signal}; the servers are stopped too"),
+            }
+        })
+}
+
+/// The name of the first SIGINT or SIGTERM this process receives.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = interrupt.recv() => "SIGINT",
+        _ = terminate.recv() => "SIGTERM",
+    }
 }
 
 struct Settings {
