@@ -406,3 +406,34 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
     }
     assert_eq!(loading.await.unwrap().name().as_str(), "processRefund");
 }
+
+/// A sandbox whose memory limit is below what a component's memory starts
+/// at refuses it at load, and says so in those terms.
+#[tokio::test]
+async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
+    let runtime = skillhost::runtime::Runtime::new(skillhost::runtime::RuntimeConfig {
+        limits: Limits {
+            memory_bytes: 1 << 20,
+            ..Limits::default()
+        },
+        max_concurrent_instances: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let host = DemoHost::new();
+    let bytes = std::fs::read(skill_file("processRefund")).unwrap();
+    let error = skillhost::runtime::SkillComponent::load(&runtime, bytes, &host.tools)
+        .await
+        .err()
+        .expect("refused");
+    let skillhost::runtime::LoadError::MemoryLimit { needs, allowed } = error else {
+        panic!("expected the memory limit, got {error}");
+    };
+    assert_eq!(allowed, 1 << 20);
+    assert!(needs > 1 << 20, "{needs}");
+    let message = error.to_string();
+    assert!(
+        message.contains("more than the 1.0 MiB the sandbox allows"),
+        "{message}"
+    );
+}

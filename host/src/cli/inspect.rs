@@ -251,7 +251,7 @@ fn check_preamble(bytes: &[u8]) -> Result<(), Problem> {
 
 fn load_problem(error: &LoadError) -> Problem {
     let kind = match error {
-        LoadError::Compile(_) => "compile",
+        LoadError::Compile(_) | LoadError::MemoryLimit { .. } => "compile",
         LoadError::Link(_) => "link",
         LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_) => {
             "manifest"

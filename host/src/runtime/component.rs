@@ -23,6 +23,14 @@ use crate::tools::ToolRegistry;
 pub enum LoadError {
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),
+    /// A memory the component declares starts larger than the sandbox lets
+    /// an invocation have ([`Limits::memory_bytes`]); refused when compiled.
+    #[error(
+        "the component's memory starts at {}, more than the {} the sandbox allows an \
+         invocation (its memory limit)",
+        mib(*needs), mib(*allowed as u64)
+    )]
+    MemoryLimit { needs: u64, allowed: usize },
     #[error("component does not fit the skill world: {0}")]
     Link(String),
     #[error("reading the manifest failed: {0}")]
@@ -290,10 +298,43 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
 /// Compiles `bytes` into a component off the async executor.
 pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, LoadError> {
     let engine = runtime.engine().clone();
-    tokio::task::spawn_blocking(move || Component::new(&engine, &bytes))
-        .await
-        .map_err(|e| LoadError::Compile(e.to_string()))?
-        .map_err(|e| LoadError::Compile(format!("{e:#}")))
+    let memory_limit = runtime.config().limits.memory_bytes;
+    tokio::task::spawn_blocking(move || {
+        Component::new(&engine, &bytes).map_err(|error| {
+            // wasmtime refuses a memory larger than the pool's slots as a
+            // compile error, in its allocator's terms; say it in ours.
+            match largest_initial_memory(&bytes) {
+                Some(needs) if needs > memory_limit as u64 => LoadError::MemoryLimit {
+                    needs,
+                    allowed: memory_limit,
+                },
+                _ => LoadError::Compile(format!("{error:#}")),
+            }
+        })
+    })
+    .await
+    .map_err(|e| LoadError::Compile(e.to_string()))?
+}
+
+/// The initial size in bytes of the largest memory any core module of the
+/// component declares; `None` when it declares none or cannot be parsed.
+fn largest_initial_memory(bytes: &[u8]) -> Option<u64> {
+    let mut largest = None;
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        let Ok(wasmparser::Payload::MemorySection(memories)) = payload else {
+            continue;
+        };
+        for memory in memories.into_iter().flatten() {
+            let page = 1u64 << memory.page_size_log2.unwrap_or(16);
+            largest = largest.max(Some(memory.initial.saturating_mul(page)));
+        }
+    }
+    largest
+}
+
+/// `bytes` in MiB for a message: `1.4 MiB`.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// Reads the manifest and instructions from a fresh, sandboxed instance. A

@@ -114,7 +114,9 @@ impl FileError {
         match self {
             Self::Read(_) => FailureKind::Read,
             Self::Signature(_) => FailureKind::Signature,
-            Self::Load(LoadError::Compile(_)) => FailureKind::Compile,
+            Self::Load(LoadError::Compile(_) | LoadError::MemoryLimit { .. }) => {
+                FailureKind::Compile
+            }
             Self::Load(LoadError::Link(_)) => FailureKind::Link,
             Self::Load(
                 LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_),
