@@ -1,6 +1,7 @@
 //! The sandboxed runtime on real components: the bundled skills and hostile
 //! test guests from `skill-plugins/test-guests`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -334,7 +335,7 @@ struct Gate {
     host: Arc<DemoHost>,
     open: tokio::sync::Semaphore,
     waiting: tokio::sync::Notify,
-    arrived: std::sync::atomic::AtomicUsize,
+    arrived: AtomicUsize,
 }
 
 #[async_trait]
@@ -345,8 +346,7 @@ impl ToolDispatch for Gate {
         tool: &str,
         arguments: Value,
     ) -> Result<Value, ToolError> {
-        self.arrived
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.arrived.fetch_add(1, Ordering::SeqCst);
         self.waiting.notify_one();
         let _pass = self.open.acquire().await.expect("the gate stays");
         self.host.tools.call_tool(skill, tool, arguments).await
@@ -370,7 +370,7 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
         host: host.clone(),
         open: tokio::sync::Semaphore::new(0),
         waiting: tokio::sync::Notify::new(),
-        arrived: std::sync::atomic::AtomicUsize::new(0),
+        arrived: AtomicUsize::new(0),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..6 {
@@ -379,12 +379,12 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
         tasks.spawn(async move { skill.run(&json!({ "orderId": "88231" }), dispatch).await });
     }
     // Both slots taken, each by an invocation parked in a tool call.
-    while gate.arrived.load(std::sync::atomic::Ordering::SeqCst) < 2 {
+    while gate.arrived.load(Ordering::SeqCst) < 2 {
         gate.waiting.notified().await;
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
-        gate.arrived.load(std::sync::atomic::Ordering::SeqCst),
+        gate.arrived.load(Ordering::SeqCst),
         2,
         "the others wait for a slot"
     );

@@ -296,26 +296,9 @@ fn log_format(cli: &Cli) -> LogFormat {
 
 #[cfg(test)]
 mod tests {
-    use super::describe;
-
-    #[test]
-    fn a_cause_the_message_already_quotes_is_said_once() {
-        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
-        #[derive(Debug, thiserror::Error)]
-        #[error("cannot read /x: {0}")]
-        struct Quotes(#[source] std::io::Error);
-        let error = anyhow::Error::new(Quotes(io())).context("starting the host");
-        assert_eq!(
-            describe(&error),
-            "starting the host: cannot read /x: no such file"
-        );
-        let error = anyhow::Error::new(io()).context("reading /x");
-        assert_eq!(describe(&error), "reading /x: no such file");
-    }
-
     use clap::{CommandFactory, Parser};
 
-    use super::{Cli, LogFormat, log_format};
+    use super::{Cli, LogFormat, describe, log_format};
 
     #[test]
     fn command_line_definition_is_consistent() {
@@ -342,5 +325,20 @@ mod tests {
         assert_eq!(log_format(&flag), LogFormat::Text);
         let elsewhere = parse(&["skillhost", "skills"]);
         assert_eq!(log_format(&elsewhere), LogFormat::Text);
+    }
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot read /x: {0}")]
+        struct Quotes(#[source] std::io::Error);
+        let error = anyhow::Error::new(Quotes(io())).context("starting the host");
+        assert_eq!(
+            describe(&error),
+            "starting the host: cannot read /x: no such file"
+        );
+        let error = anyhow::Error::new(io()).context("reading /x");
+        assert_eq!(describe(&error), "reading /x: no such file");
     }
 }

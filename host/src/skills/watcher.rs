@@ -160,24 +160,21 @@ impl Watches {
             dir: dir.to_owned(),
             cause,
         };
-        let target = std::fs::metadata(dir)
-            .map(|meta| (meta.dev(), meta.ino()))
-            .map_err(|e| error(notify::Error::io(e)))?;
+        let target = identity(dir).map_err(|e| error(notify::Error::io(e)))?;
         let sender = changes.clone();
         let gone = Arc::new(AtomicBool::new(false));
-        let watched = (dir.to_owned(), gone.clone());
+        let (watched_dir, watched_gone) = (dir.to_owned(), gone.clone());
         let mut entries =
             notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
                 match event {
                     Ok(event) => {
-                        let (dir, gone) = &watched;
                         // Events about the watched directory itself carry its path.
                         let moved = matches!(
                             event.kind,
                             EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
                         );
-                        if moved && event.paths.iter().any(|path| path == dir) {
-                            gone.store(true, Ordering::Relaxed);
+                        if moved && event.paths.contains(&watched_dir) {
+                            watched_gone.store(true, Ordering::Relaxed);
                         }
                         if let Some(change) = change_of(event) {
                             // The receiver is gone only when the handle was dropped.
@@ -206,8 +203,7 @@ impl Watches {
     /// While `dir` leads nowhere the old watches stay; the path's watch sees
     /// it come back.
     fn follow(&mut self) {
-        let now = std::fs::metadata(&self.dir).map(|meta| (meta.dev(), meta.ino()));
-        let same = now.as_ref().is_ok_and(|now| *now == self.target);
+        let same = identity(&self.dir).is_ok_and(|now| now == self.target);
         if same && !self.gone.load(Ordering::Relaxed) {
             return;
         }
@@ -222,6 +218,11 @@ impl Watches {
             Err(error) => tracing::warn!(%error, "the skills directory cannot be watched"),
         }
     }
+}
+
+/// Device and inode of the directory `dir` leads to now.
+fn identity(dir: &Path) -> std::io::Result<(u64, u64)> {
+    std::fs::metadata(dir).map(|meta| (meta.dev(), meta.ino()))
 }
 
 /// Watches the directories holding the entries `dir`'s path goes through
