@@ -53,7 +53,7 @@
 //! while resolving it, and the directory's own entry); a create, remove or
 //! rename of one of those entries asks for a rescan, and before each rescan
 //! the path is resolved again: if it now leads to another directory, the
-//! watches are set up afresh there (see [`Watches::follow`]) and the rescan
+//! watches are set up afresh there (see `Watches::follow`) and the rescan
 //! loads what that directory holds.
 //!
 //! A file still being written when its sync runs (a writer pausing longer
