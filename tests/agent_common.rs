@@ -50,6 +50,15 @@ impl Shop {
         tools: impl FnOnce(Arc<DemoDb>) -> Vec<Arc<dyn Tool>>,
         files: &[PathBuf],
     ) -> Self {
+        Self::with_instances(tools, files, 8).await
+    }
+
+    /// Like [`Shop::with_files`], with a pool of `instances` wasm instances.
+    pub async fn with_instances(
+        tools: impl FnOnce(Arc<DemoDb>) -> Vec<Arc<dyn Tool>>,
+        files: &[PathBuf],
+        instances: u32,
+    ) -> Self {
         let clock = DemoClock::Fixed("2026-06-29 14:00:00".parse().expect("a shop time"));
         let db = Arc::new(
             DemoDb::in_memory()
@@ -66,7 +75,7 @@ impl Shop {
             std::fs::copy(file, dir.path().join(name)).expect("copying a skill component");
         }
         let runtime = Runtime::new(RuntimeConfig {
-            max_concurrent_instances: 8,
+            max_concurrent_instances: instances,
             ..RuntimeConfig::default()
         })
         .expect("the runtime");

@@ -66,7 +66,7 @@ async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_t
     let mut events = Vec::new();
     while let Some(event) = run.events.recv().await {
         if let AgentEvent::ConfirmationPending(pending) = &event {
-            // The guest is paused inside call-tool; nothing is written yet.
+            // The steps are suspended at applyRefund; nothing is written yet.
             assert_eq!(pending.caller, processing);
             assert_eq!(pending.tool, "applyRefund");
             assert_eq!(
@@ -570,6 +570,63 @@ async fn without_an_llm_only_deterministic_skills_run() {
         agent.start_skill("nope", json!({})).err(),
         Some(skillhost::agent::AgentError::UnknownSkill(name)) if name == "nope"
     ));
+}
+
+/// A write waiting for a person holds no wasm instance: with a pool of one,
+/// another skill's steps run meanwhile. Once approved, the steps go on from
+/// where they stopped, and every call is made (and reported) once.
+#[tokio::test]
+async fn a_write_waiting_for_approval_holds_no_instance() {
+    let files = [
+        skill_file("processRefund"),
+        skill_file("inquireOrderStatus"),
+    ];
+    let shop = Shop::with_instances(article_003_tools, &files, 1).await;
+    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
+        .config(config())
+        .build();
+    let input = json!({"orderId": "88231", "reason": "broken"});
+    let mut refund = agent.start_skill("processRefund", input).unwrap();
+    let mut events = Vec::new();
+    let pending = loop {
+        let event = refund.events.recv().await.expect("a pending confirmation");
+        events.push(event.clone());
+        if let AgentEvent::ConfirmationPending(pending) = event {
+            break pending;
+        }
+    };
+    assert_eq!(pending.tool, "applyRefund");
+    assert_eq!(shop.skills.runtime().instance_slots().in_use, 0);
+    let inquiry = agent
+        .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
+        .unwrap()
+        .result();
+    let inquiry = tokio::time::timeout(Duration::from_secs(30), inquiry)
+        .await
+        .expect("the other skill ran while the write waited")
+        .unwrap();
+    assert!(
+        matches!(inquiry.outcome, CallOutcome::Done { .. }),
+        "{:?}",
+        inquiry.outcome
+    );
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+
+    agent.confirmations().approve(pending.id.as_str()).unwrap();
+    while let Some(event) = refund.events.recv().await {
+        events.push(event);
+    }
+    let CallOutcome::Done { result } = refund.result().await.unwrap().outcome else {
+        panic!("the refund did not finish");
+    };
+    assert_eq!(result["refunded"], true);
+    assert_eq!(result["refundId"], "RF20260629001");
+    assert_eq!(result["product"], "Bit S10 Pro robot vacuum");
+    assert_eq!(
+        tools_called(&events, &Caller::Skill(skill("processRefund"))),
+        ["queryOrder", "applyRefund"]
+    );
+    assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
 }
 
 #[tokio::test]

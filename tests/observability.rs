@@ -387,11 +387,17 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
     assert_eq!(call["caller"], "skill:processRefund");
     assert_eq!(call["confirmation"], "approved");
     assert_eq!(call["outcome"], "ok");
-    // A close line lists the spans it closed inside.
-    assert_eq!(
-        span_names(&close["spans"]),
-        ["agent_round", "skill_invocation"]
-    );
+    // The write waited and ran between two attempts of the steps, outside
+    // the sandbox: the first ended suspended at it, the second replayed the
+    // calls before it and finished. A close line lists the spans it closed
+    // inside.
+    assert_eq!(span_names(&close["spans"]), ["agent_round"]);
+    let attempts: Vec<_> = log
+        .closed("skill_invocation")
+        .iter()
+        .map(|attempt| attempt["outcome"].clone())
+        .collect();
+    assert_eq!(attempts, ["suspended", "done"]);
 }
 
 /// `skillhost <args> run processRefund` on the bundled skills with a

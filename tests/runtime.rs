@@ -8,9 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, ToolDispatch};
+use skillhost::runtime::{DispatchError, InvokeError, Limit, Limits, RunOutcome, ToolDispatch};
 use skillhost::skills::SkillName;
-use skillhost::tools::ToolError;
 
 use crate::support::fixtures::{DemoHost, fixture, skill_file};
 
@@ -27,7 +26,7 @@ impl ToolDispatch for Recorder {
         skill: &SkillName,
         tool: &str,
         arguments: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, DispatchError> {
         self.calls.lock().unwrap().push(tool.to_owned());
         self.host.tools.call_tool(skill, tool, arguments).await
     }
@@ -345,7 +344,7 @@ impl ToolDispatch for Gate {
         skill: &SkillName,
         tool: &str,
         arguments: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, DispatchError> {
         self.arrived.fetch_add(1, Ordering::SeqCst);
         self.waiting.notify_one();
         let _pass = self.open.acquire().await.expect("the gate stays");

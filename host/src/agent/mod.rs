@@ -20,7 +20,13 @@
 //!
 //! A call to a tool that needs approval ([`ConfirmationPolicy`]) — whether
 //! the main agent, a sub-agent or a skill's deterministic steps make it —
-//! waits at the call site for a person. The run reports
+//! waits for a person. Deterministic steps do not wait inside the sandbox:
+//! the invocation is suspended at that call (its wasm instance released),
+//! the run waits and executes the call outside it, and the steps run again
+//! in a fresh instance, every call made before answered from the run's
+//! journal instead of executed again (deterministic steps make the same
+//! calls given the same input and answers; a step that calls something else
+//! on the way is told the call was not executed). The run reports
 //! [`AgentEvent::ConfirmationPending`] (id, tool, arguments, summary); the
 //! answer comes through [`Agent::confirmations`] by id, from any task (a
 //! CLI prompt, an HTTP `POST /v1/confirmations/{id}`). The arguments never
@@ -41,6 +47,9 @@
 //!   agent sees only the skill's final result.
 //! - Nothing the model or a skill does makes the host panic; only LLM
 //!   failures and the loop limits end a run with an error.
+//! - A person's approval never holds a wasm instance: deterministic steps
+//!   are suspended and replayed around it, and each tool call of theirs is
+//!   executed (and reported) once however many attempts they take.
 
 mod config;
 mod confirm;

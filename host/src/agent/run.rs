@@ -24,8 +24,8 @@ use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatRequest, ChatResponse, Message, Usage};
 use super::service::AgentInner;
-use crate::runtime::ToolDispatch;
-use crate::skills::{SkillName, SkillSnapshot};
+use crate::runtime::{DispatchError, ToolDispatch};
+use crate::skills::{Manifest, SkillName, SkillSnapshot};
 use crate::tools::{ToolCallSpan, ToolError};
 
 /// LLM calls and tokens of one run, sub-agents included.
@@ -395,6 +395,24 @@ impl RunContext {
         result
     }
 
+    /// Whether a call of `tool` with `arguments` would wait for a person:
+    /// the tool exists, the arguments are valid (nobody is asked to approve
+    /// a call that cannot run) and the policy asks.
+    pub(super) fn waits_for_approval(&self, tool: &str, arguments: &Value) -> bool {
+        self.agent.tools.get(tool).is_some_and(|registered| {
+            self.agent.config.confirmation.requires(registered.spec())
+                && registered.validate(arguments).is_ok()
+        })
+    }
+
+    /// Whether any call of `tool` may wait for a person.
+    pub(super) fn may_wait_for_approval(&self, tool: &str) -> bool {
+        self.agent
+            .tools
+            .get(tool)
+            .is_some_and(|registered| self.agent.config.confirmation.requires(registered.spec()))
+    }
+
     /// The steps of [`Self::call_tool`], each recorded on its span.
     async fn confirm_and_call(
         &self,
@@ -468,7 +486,112 @@ impl RunContext {
 
 /// Where a skill's deterministic steps send their tool calls: the run's
 /// executor, so that they are confirmed and reported like any other call.
-pub(super) struct StepsDispatch(pub(super) Arc<RunContext>);
+///
+/// A call that waits for a person's approval is not awaited inside the
+/// sandbox, where it would hold the instance and its pool slot for as long
+/// as the person takes: the dispatcher suspends the invocation instead
+/// ([`DispatchError::Suspend`]), the skill's executor asks and waits
+/// outside it, and the steps run again in a fresh instance. Every call
+/// answered so far is then answered from the [`Journal`], not executed
+/// again: deterministic steps make the same calls given the same input and
+/// answers.
+pub(super) struct StepsDispatch {
+    run: Arc<RunContext>,
+    /// Whether calls are recorded: only when one of the skill's tools may
+    /// wait for approval, since only a suspension leads to a replay.
+    journaled: bool,
+    journal: Mutex<Journal>,
+}
+
+/// The calls a skill's steps made in one invocation, across its attempts.
+#[derive(Default)]
+pub(super) struct Journal {
+    /// The calls answered so far, in order.
+    answered: Vec<AnsweredCall>,
+    /// How many of them the current attempt has made again.
+    replayed: usize,
+    /// The call the current attempt was suspended at: a tool and its
+    /// arguments, waiting for approval.
+    parked: Option<(String, Value)>,
+}
+
+struct AnsweredCall {
+    tool: String,
+    arguments: Value,
+    answer: Result<Value, ToolError>,
+}
+
+impl Journal {
+    /// Takes the call the last attempt was suspended at.
+    pub(super) fn take_parked(&mut self) -> Option<(String, Value)> {
+        self.parked.take()
+    }
+
+    /// Records the answer to a call, made after every call answered before.
+    pub(super) fn record(
+        &mut self,
+        tool: String,
+        arguments: Value,
+        answer: Result<Value, ToolError>,
+    ) {
+        self.answered.push(AnsweredCall {
+            tool,
+            arguments,
+            answer,
+        });
+        self.replayed = self.answered.len();
+    }
+
+    /// The recorded answer when the attempt is replaying: the answer given
+    /// before, or an error when the steps now make a different call.
+    fn replay(&mut self, tool: &str, arguments: &Value) -> Option<Result<Value, ToolError>> {
+        let before = self.answered.get(self.replayed)?;
+        self.replayed += 1;
+        if before.tool == tool && before.arguments == *arguments {
+            return Some(before.answer.clone());
+        }
+        Some(Err(ToolError::Failed(format!(
+            "not executed: run again after an approval, the steps called `{tool}` where they \
+             had called `{}` with other arguments; deterministic steps must make the same \
+             calls given the same input and answers",
+            before.tool
+        ))))
+    }
+}
+
+impl StepsDispatch {
+    /// A dispatcher for one attempt of `skill`'s steps, which replays
+    /// `journal` from its start.
+    pub(super) fn new(run: Arc<RunContext>, skill: &Manifest, mut journal: Journal) -> Self {
+        journal.replayed = 0;
+        let journaled = skill
+            .tools
+            .iter()
+            .any(|tool| run.may_wait_for_approval(tool));
+        Self {
+            run,
+            journaled,
+            journal: Mutex::new(journal),
+        }
+    }
+
+    /// The journal, once the attempt is over.
+    pub(super) fn take_journal(&self) -> Journal {
+        std::mem::take(&mut self.journal())
+    }
+
+    fn journal(&self) -> std::sync::MutexGuard<'_, Journal> {
+        self.journal.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A failed call as the steps see it.
+pub(super) fn steps_error(tool: &str, error: CallError) -> ToolError {
+    match error {
+        CallError::Tool(error) => error,
+        CallError::Declined(_) => ToolError::Declined(tool.to_owned()),
+    }
+}
 
 #[async_trait]
 impl ToolDispatch for StepsDispatch {
@@ -477,12 +600,61 @@ impl ToolDispatch for StepsDispatch {
         skill: &SkillName,
         tool: &str,
         arguments: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, DispatchError> {
+        if let Some(answer) = self.journal().replay(tool, &arguments) {
+            return Ok(answer?);
+        }
+        if self.run.waits_for_approval(tool, &arguments) {
+            self.journal().parked = Some((tool.to_owned(), arguments));
+            return Err(DispatchError::Suspend);
+        }
         let caller = Caller::Skill(skill.clone());
-        let result = self.0.call_tool_reported(&caller, tool, arguments).await;
-        result.map_err(|error| match error {
-            CallError::Tool(error) => error,
-            CallError::Declined(_) => ToolError::Declined(tool.to_owned()),
-        })
+        let recorded = self.journaled.then(|| arguments.clone());
+        let answer = self
+            .run
+            .call_tool_reported(&caller, tool, arguments)
+            .await
+            .map_err(|error| steps_error(tool, error));
+        if let Some(arguments) = recorded {
+            self.journal()
+                .record(tool.to_owned(), arguments, answer.clone());
+        }
+        Ok(answer?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_replay_answers_the_same_calls_and_refuses_others() {
+        let mut journal = Journal::default();
+        let order = json!({"orderId": "88231"});
+        journal.record(
+            "queryOrder".into(),
+            order.clone(),
+            Ok(json!({"status": "delivered"})),
+        );
+        journal.record(
+            "applyRefund".into(),
+            json!({"orderId": "88231"}),
+            Err(ToolError::Declined("applyRefund".into())),
+        );
+        assert_eq!(journal.replayed, 2);
+
+        journal.replayed = 0;
+        assert_eq!(
+            journal.replay("queryOrder", &order),
+            Some(Ok(json!({"status": "delivered"})))
+        );
+        let Some(Err(ToolError::Failed(why))) = journal.replay("applyRefund", &json!({})) else {
+            panic!("a call with other arguments was answered");
+        };
+        assert!(why.starts_with("not executed"), "{why}");
+        // Past the journal, calls are new: the dispatcher makes them.
+        assert_eq!(journal.replay("applyRefund", &json!({})), None);
     }
 }

@@ -18,9 +18,9 @@ use super::AgentError;
 use super::events::{AgentEvent, CallOutcome, Caller, SkillPath};
 use super::llm::Message;
 use super::react::{Loop, SkillScope};
-use super::run::{RunContext, StepsDispatch};
+use super::run::{Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
-use crate::runtime::{RunOutcome, SkillComponent};
+use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
 
 /// Runs `skill` on `input` (already validated against its parameters) and
 /// returns its outcome, reported as
@@ -47,30 +47,57 @@ pub(super) async fn invoke(
     });
     let outcome = match path {
         SkillPath::Llm => sub_agent(run, skill, &input, None).await?,
-        SkillPath::Steps => {
-            let dispatch = Arc::new(StepsDispatch(run.clone()));
-            match skill.run(&input, dispatch).await {
-                Ok(report) => match report.outcome {
-                    RunOutcome::Done(result) => CallOutcome::Done { result },
-                    RunOutcome::Handover(note) => {
-                        run.emit(AgentEvent::SkillHandover {
-                            skill: name.clone(),
-                            note: note.clone(),
-                        });
-                        sub_agent(run, skill, &input, Some(&note)).await?
-                    }
-                },
-                Err(error) => CallOutcome::Failed {
-                    error: error.to_string(),
-                },
-            }
-        }
+        SkillPath::Steps => match run_steps(run, skill, &input).await {
+            Ok(report) => match report.outcome {
+                RunOutcome::Done(result) => CallOutcome::Done { result },
+                RunOutcome::Handover(note) => {
+                    run.emit(AgentEvent::SkillHandover {
+                        skill: name.clone(),
+                        note: note.clone(),
+                    });
+                    sub_agent(run, skill, &input, Some(&note)).await?
+                }
+            },
+            Err(error) => CallOutcome::Failed {
+                error: error.to_string(),
+            },
+        },
     };
     run.emit(AgentEvent::SkillFinished {
         skill: name,
         outcome: outcome.clone(),
     });
     Ok(outcome)
+}
+
+/// Runs the skill's deterministic steps. When a call needs a person's
+/// approval, the invocation is suspended (its instance released), the call
+/// is confirmed and executed here, and the steps run again with the calls
+/// answered so far replayed ([`StepsDispatch`]). Each suspension adds one
+/// answered call and the tool-call limit bounds them, so this ends.
+async fn run_steps(
+    run: &Arc<RunContext>,
+    skill: &SkillComponent,
+    input: &Value,
+) -> Result<RunReport, InvokeError> {
+    let mut journal = Journal::default();
+    loop {
+        let dispatch = Arc::new(StepsDispatch::new(run.clone(), skill.manifest(), journal));
+        let result = skill.run(input, dispatch.clone()).await;
+        journal = dispatch.take_journal();
+        let Err(InvokeError::Suspended { .. }) = result else {
+            return result;
+        };
+        let (tool, arguments) = journal
+            .take_parked()
+            .expect("only the steps' dispatcher suspends them, and it parks the call");
+        let caller = Caller::Skill(skill.name().clone());
+        let answer = run
+            .call_tool_reported(&caller, &tool, arguments.clone())
+            .await
+            .map_err(|error| steps_error(&tool, error));
+        journal.record(tool, arguments, answer);
+    }
 }
 
 /// The LLM-driven path: a ReAct loop in the skill's scope.

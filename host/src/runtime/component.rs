@@ -281,6 +281,7 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
         InvokeError::Failed { .. } => "failed",
         InvokeError::MalformedResult { .. } => "malformed_result",
         InvokeError::Trap { .. } => "trap",
+        InvokeError::Suspended { .. } => "suspended",
     };
     span.record("outcome", outcome);
     match error {

@@ -25,7 +25,7 @@ pub trait ToolDispatch: Send + Sync {
         skill: &SkillName,
         tool: &str,
         arguments: Value,
-    ) -> Result<Value, ToolError>;
+    ) -> Result<Value, DispatchError>;
 }
 
 #[async_trait]
@@ -35,9 +35,27 @@ impl ToolDispatch for ToolRegistry {
         skill: &SkillName,
         tool: &str,
         arguments: Value,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<Value, DispatchError> {
         let caller = ToolCaller::Skill(skill.as_str());
-        self.call_as(caller, tool, arguments).await
+        Ok(self.call_as(caller, tool, arguments).await?)
+    }
+}
+
+/// Why a [`ToolDispatch`] gave a call no result.
+#[derive(Debug)]
+pub enum DispatchError {
+    /// The call failed; the guest is told why.
+    Tool(ToolError),
+    /// The call waits for something slow, such as a person's approval. The
+    /// invocation ends as [`InvokeError::Suspended`] instead of holding its
+    /// instance (and pool slot) meanwhile; the caller gets the call's answer
+    /// outside the sandbox and runs the steps again.
+    Suspend,
+}
+
+impl From<ToolError> for DispatchError {
+    fn from(error: ToolError) -> Self {
+        Self::Tool(error)
     }
 }
 
@@ -85,6 +103,12 @@ pub enum InvokeError {
     MalformedResult { skill: SkillName, message: String },
     #[error("skill `{skill}` trapped: {message}")]
     Trap { skill: SkillName, message: String },
+    /// The dispatcher suspended the invocation at a call of `tool`
+    /// ([`DispatchError::Suspend`]); not a failure.
+    #[error(
+        "skill `{skill}` was suspended at its call of `{tool}`, which waits outside the sandbox"
+    )]
+    Suspended { skill: SkillName, tool: String },
 }
 
 /// Per-invocation state: the `T` of each `Store`.
@@ -101,6 +125,8 @@ pub struct HostState {
     log_lines: u32,
     /// The limit that ended the invocation, if one did.
     limit_hit: Option<(Limit, String)>,
+    /// The tool whose call suspended the invocation, if one did.
+    suspended_at: Option<String>,
     tool_calls: Vec<ToolCallRecord>,
     wasi: Option<SandboxWasi>,
     table: ResourceTable,
@@ -160,6 +186,7 @@ impl HostState {
             memory_bytes: 0,
             log_lines: 0,
             limit_hit: None,
+            suspended_at: None,
             tool_calls: Vec::new(),
             wasi: None,
             table: ResourceTable::new(),
@@ -181,10 +208,13 @@ impl HostState {
         self.started.elapsed().saturating_sub(self.time_in_tools)
     }
 
-    /// Turns a trap into the error the caller sees: a limit when one was
-    /// hit, a trap otherwise.
+    /// Turns a trap into the error the caller sees: a suspension or a limit
+    /// when the host ended the invocation for one, a trap otherwise.
     pub(super) fn classify_trap(&mut self, error: &wasmtime::Error) -> InvokeError {
         let skill = self.skill.clone();
+        if let Some(tool) = self.suspended_at.take() {
+            return InvokeError::Suspended { skill, tool };
+        }
         match self.limit_hit.take() {
             Some((limit, detail)) => InvokeError::LimitExceeded {
                 skill,
@@ -260,7 +290,15 @@ impl HostState {
                 self.limits.tool_calls
             )))
         } else {
-            self.execute_tool(&name, &arguments).await
+            match self.execute_tool(&name, &arguments).await {
+                Ok(result) => Ok(result),
+                Err(DispatchError::Tool(error)) => Err(error),
+                Err(DispatchError::Suspend) => {
+                    let trap = wasmtime::format_err!("suspended at a call of `{name}`");
+                    self.suspended_at = Some(name);
+                    return Err(trap);
+                }
+            }
         };
         self.tool_calls.push(ToolCallRecord {
             tool: name,
@@ -272,7 +310,7 @@ impl HostState {
         }))
     }
 
-    async fn execute_tool(&mut self, name: &str, arguments: &str) -> Result<String, ToolError> {
+    async fn execute_tool(&mut self, name: &str, arguments: &str) -> Result<String, DispatchError> {
         if !self.allowed_tools.iter().any(|tool| tool == name) {
             let caller = ToolCaller::Skill(self.skill.as_str());
             tracing::warn!(
@@ -285,7 +323,8 @@ impl HostState {
                     "skill `{}` does not declare it in its manifest's tools",
                     self.skill
                 ),
-            });
+            }
+            .into());
         }
         if arguments.len() > self.limits.output_bytes {
             return Err(ToolError::InvalidArguments {
@@ -295,7 +334,8 @@ impl HostState {
                     arguments.len(),
                     self.limits.output_bytes
                 ),
-            });
+            }
+            .into());
         }
         let arguments: Value =
             serde_json::from_str(arguments).map_err(|e| ToolError::InvalidArguments {

@@ -24,7 +24,7 @@ use wasmtime::{
 };
 
 pub use component::{LoadError, SkillComponent, compile, digest_of};
-pub use host::{InvokeError, RunOutcome, RunReport, ToolCallRecord, ToolDispatch};
+pub use host::{DispatchError, InvokeError, RunOutcome, RunReport, ToolCallRecord, ToolDispatch};
 pub use limits::{Limit, Limits};
 
 use function_cache::FunctionCache;
@@ -50,7 +50,8 @@ pub struct RuntimeConfig {
     /// Default: 128. Each slot reserves address space, not memory. An
     /// invocation (or a load reading a manifest) that finds every slot in
     /// use — say, 128 invocations each waiting on a slow tool — waits for
-    /// one, first come first served, instead of failing. Each slot also
+    /// one, first come first served, instead of failing. (A call waiting
+    /// for a person's approval holds none: see [`DispatchError::Suspend`].) Each slot also
     /// holds 4 core instances, 2 memories and 4 tables (Rust guests use one
     /// or two of each); components needing more share the pool's totals.
     pub max_concurrent_instances: u32,
