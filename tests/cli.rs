@@ -24,7 +24,7 @@ use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// Settings the binary reads from the environment; cleared so that the
 /// machine's own never leak into a test.
-const ENV: [&str; 8] = [
+const ENV: [&str; 9] = [
     "OPENAI_BASE_URL",
     "OPENAI_API_KEY",
     "SKILLHOST_MODEL",
@@ -33,6 +33,7 @@ const ENV: [&str; 8] = [
     "SKILLHOST_TRUST",
     "SKILLHOST_KEEP_PUBLIC",
     "SKILLHOST_LOG",
+    "SKILLHOST_CONFIG",
 ];
 
 /// A scratch working directory for the binary.
@@ -545,6 +546,57 @@ async fn run_refunds_order_88231_in_the_db_file() {
     assert_eq!(result["refunded"], true, "{stdout}");
     assert!(result["refundId"].as_str().unwrap().starts_with("RF"));
     assert!(stderr.contains("tool queryOrder: ok") && stderr.contains("tool applyRefund: ok"));
+    assert_eq!(work.refunds_of_88231(), 1);
+}
+
+/// `run` takes `serve`'s config file: its `[sandbox]` limits apply.
+#[tokio::test]
+async fn run_applies_the_config_files_sandbox_limits() {
+    let work = Workdir::new();
+    std::fs::write(work.path("skillhost.toml"), "[sandbox]\ntool_calls = 1\n").unwrap();
+    let mut command = work.host_command(
+        &[
+            "run",
+            "processRefund",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+            "--config",
+            "skillhost.toml",
+        ],
+        &bundled(),
+    );
+    let (_, stderr) = expect_code(&output(&mut command).await, 1);
+    assert!(
+        stderr.contains("applyRefund failed: limit-exceeded")
+            && stderr.contains("at most 1 tool calls"),
+        "{stderr}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+
+    std::fs::write(work.path("skillhost.toml"), "[sandbox]\ntool_call = 1\n").unwrap();
+    let (_, stderr) = expect_code(&output(&mut command).await, 1);
+    assert!(
+        stderr.contains("in the config file skillhost.toml") && stderr.contains("tool_call"),
+        "{stderr}"
+    );
+}
+
+/// `ask` takes the LLM, the agent and the confirmation policy from the
+/// config file too: here the write is approved by the file, not asked.
+#[tokio::test]
+async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text("Refunded.")]).await;
+    let config = format!(
+        "[llm]\nmodel = \"test-model\"\nbase_url = \"{}\"\n\n\
+         [confirmation]\nauto_approve = [\"applyRefund\"]\n",
+        llm.base_url()
+    );
+    std::fs::write(work.path("skillhost.toml"), config).unwrap();
+    let mut command = work.host_command(&["ask", REFUND_REQUEST], &bundled());
+    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+    let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+    assert_eq!(stdout.trim(), "Refunded.", "{stderr}");
     assert_eq!(work.refunds_of_88231(), 1);
 }
 

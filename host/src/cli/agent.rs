@@ -8,9 +8,8 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
-use skillhost::agent::catalog::DisclosureConfig;
 use skillhost::agent::llm::{LlmClient, LlmConfig};
-use skillhost::agent::{Agent, AgentConfig, AgentEvent, PendingConfirmation, RunHandle, RunOutput};
+use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle, RunOutput};
 
 use super::{HostArgs, LoadedHost};
 
@@ -18,9 +17,9 @@ use super::{HostArgs, LoadedHost};
 pub const LLM_HELP: &str = "The LLM is any OpenAI-compatible chat-completions server: set \
     SKILLHOST_MODEL (the model name), OPENAI_BASE_URL (the API root, default \
     https://api.openai.com/v1; e.g. http://localhost:11434/v1 for Ollama) and OPENAI_API_KEY \
-    (when the server needs a key).\n\nA write tool waits for your approval: the run prints the \
-    confirmation's id, tool, arguments and summary and asks y/n on the terminal. --yes or --no \
-    answer every confirmation without asking, for scripts.";
+    (when the server needs a key), or [llm] in the --config file.\n\nA write tool waits for \
+    your approval: the run prints the confirmation's id, tool, arguments and summary and asks \
+    y/n on the terminal. --yes or --no answer every confirmation without asking, for scripts.";
 
 /// The main agent's settings, for `ask` and `chat`.
 #[derive(Debug, clap::Args)]
@@ -41,23 +40,22 @@ pub struct AgentArgs {
     )]
     keep_public: Vec<String>,
     #[command(flatten)]
-    host: HostArgs,
+    pub(super) host: HostArgs,
 }
 
 impl AgentArgs {
-    /// The main agent over the skills directory and the demo tools, with the
-    /// LLM of the environment. Without an LLM it fails before loading any
-    /// skill, saying how to configure one: there is nothing to do without.
+    /// The main agent over the skills directory and the tools, with the LLM
+    /// of the environment or the config file, and the file's agent and
+    /// confirmation settings (`--keep-public` over its `keep_public`).
+    /// Without an LLM it fails before loading any skill, saying how to
+    /// configure one: there is nothing to do without.
     pub async fn agent(&self) -> anyhow::Result<Agent> {
-        let llm = LlmClient::new(LlmConfig::from_env()?)?;
+        let file = self.host.config_file()?;
+        let env = |name: &str| std::env::var(name).ok();
+        let llm = LlmClient::new(LlmConfig::from_lookup(file.llm_lookup(env))?)?;
         let loaded = LoadedHost::load(&self.host).await?;
-        let config = AgentConfig {
-            disclosure: DisclosureConfig {
-                keep_public: self.keep_public.iter().cloned().collect(),
-                ..DisclosureConfig::default()
-            },
-            ..AgentConfig::default()
-        };
+        let keep_public = (!self.keep_public.is_empty()).then(|| self.keep_public.clone());
+        let config = file.agent_config(keep_public);
         Ok(Agent::builder(Arc::new(loaded.skills))
             .llm(llm)
             .config(config)

@@ -23,7 +23,7 @@ pub struct AskArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    agent: AgentArgs,
+    pub(super) agent: AgentArgs,
 }
 
 pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {

@@ -25,7 +25,7 @@ const EXIT_WORDS: [&str; 2] = ["exit", "quit"];
 ))]
 pub struct ChatArgs {
     #[command(flatten)]
-    agent: AgentArgs,
+    pub(super) agent: AgentArgs,
 }
 
 pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {

@@ -3,6 +3,7 @@
 mod agent;
 mod ask;
 mod chat;
+mod config;
 mod inspect;
 mod pack;
 mod progress;
@@ -38,7 +39,7 @@ pub struct Cli {
     pub verbose: u8,
     /// How log lines are written to stderr: `json` is one JSON object a
     /// line, with the fields of the spans it happened in (skill, tool,
-    /// round). For `serve`, else `[server] log_format` in the config file.
+    /// round). Else `[server] log_format` in the `--config` file.
     /// [default: text]
     #[arg(long, value_enum, global = true, env = "SKILLHOST_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -81,6 +82,12 @@ struct HostArgs {
     /// Use no compilation cache: compile every skill at start.
     #[arg(long, conflicts_with = "cache_dir")]
     no_cache: bool,
+    /// A TOML config file (see skillhost.example.toml): sandbox limits, HTTP
+    /// tools, agent, confirmation and LLM settings, and for `serve` the
+    /// gateway's. Other commands read it too, so a skill runs as `serve`
+    /// runs it.
+    #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 impl HostArgs {
@@ -124,7 +131,8 @@ fn default_cache_dir() -> Option<PathBuf> {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run a skill's deterministic steps against the demo tools and print the result.
+    /// Run a skill's deterministic steps against the demo tools (and the config file's HTTP
+    /// tools) and print the result.
     Run {
         /// The skill's name, e.g. processRefund.
         skill: String,
@@ -206,13 +214,19 @@ struct LoadedHost {
 }
 
 impl LoadedHost {
+    /// The skills of `--skills` over the demo tools on `--db` and the
+    /// config file's HTTP tools, in its sandbox.
     async fn load(args: &HostArgs) -> anyhow::Result<Self> {
+        let file = args.config_file()?;
         let db = Arc::new(DemoDb::open(&args.db)?);
         let mut tools = ToolRegistry::new();
         demo::register_all(&mut tools, db)?;
+        for tool in file.http_tools()? {
+            tools.register(tool)?;
+        }
         let tools = Arc::new(tools);
         let policy = args.signature_policy()?;
-        let runtime = Runtime::new(args.runtime_config())?;
+        let runtime = Runtime::new(file.runtime_config(args.runtime_config())?)?;
         let skills = SkillRegistry::load_dir_with_progress(
             runtime,
             tools.clone(),
@@ -283,15 +297,34 @@ pub fn init_tracing(cli: &Cli) {
     }
 }
 
-/// The log format asked for: the flag (or its variable), else for `serve`
-/// the config file's, else text.
+/// The log format asked for: the flag (or its variable), else the config
+/// file's, else text.
 fn log_format(cli: &Cli) -> LogFormat {
     cli.log_format
-        .or_else(|| match &cli.command {
-            Command::Serve(args) => args.config_log_format(),
-            _ => None,
+        .or_else(|| {
+            cli.command
+                .host_args()
+                .and_then(HostArgs::config_log_format)
         })
         .unwrap_or_default()
+}
+
+impl Command {
+    /// The host settings of a command that runs a host.
+    fn host_args(&self) -> Option<&HostArgs> {
+        match self {
+            Command::Run { host, .. } | Command::Skills { host, .. } => Some(host),
+            Command::Serve(args) => Some(&args.host),
+            Command::Ask(args) => Some(&args.agent.host),
+            Command::Chat(args) => Some(&args.agent.host),
+            Command::Test(args) => Some(&args.host),
+            Command::Keygen(_)
+            | Command::Sign(_)
+            | Command::Verify(_)
+            | Command::Pack(_)
+            | Command::Inspect(_) => None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,9 +20,11 @@ use skillhost::skills::{LoadFailure, SkillRegistry};
     after_help = "Each case runs on its own fresh in-memory demo shop, so cases cannot \
     interfere and nothing is written anywhere (--db is not used): write tools are APPROVED \
     AUTOMATICALLY during `skillhost test`.\n\nSkills with deterministic steps need no LLM. Skills that run on their \
-    instructions use the configured model (SKILLHOST_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY); \
-    without one their cases are reported as skipped.\n\nExits non-zero when a case fails or, \
-    when no skill is named, when a file in the skills directory fails to load."
+    instructions use the configured model (SKILLHOST_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY, \
+    or [llm] in the --config file); without one their cases are reported as skipped. The \
+    --config file's [sandbox] limits apply; its HTTP tools are not registered, since writes are \
+    approved here.\n\nExits non-zero when a case fails or, when no skill is named, when a file \
+    in the skills directory fails to load."
 )]
 pub struct TestArgs {
     /// Skills to test, by name. Default: every loaded skill.
@@ -32,16 +34,19 @@ pub struct TestArgs {
     #[arg(long)]
     json: bool,
     #[command(flatten)]
-    host: HostArgs,
+    pub(super) host: HostArgs,
 }
 
 pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
-    let llm = match LlmConfig::from_env() {
+    let file = args.host.config_file()?;
+    let env = |name: &str| std::env::var(name).ok();
+    let llm = match LlmConfig::from_lookup(file.llm_lookup(env)) {
         Ok(config) => Some(LlmClient::new(config)?),
         Err(ConfigError::NotConfigured { .. }) => None,
         Err(error) => return Err(error.into()),
     };
-    let skills = Arc::new(load_skills(&args.host).await?);
+    let runtime = Runtime::new(file.runtime_config(args.host.runtime_config())?)?;
+    let skills = Arc::new(load_skills(&args.host, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {
         snapshot.skills().collect()
@@ -139,9 +144,8 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
 
 /// The skills of the directory, resolved against the demo tools. The
 /// tools' database is a throwaway: cases run on their own.
-async fn load_skills(args: &HostArgs) -> anyhow::Result<SkillRegistry> {
+async fn load_skills(args: &HostArgs, runtime: Runtime) -> anyhow::Result<SkillRegistry> {
     let policy = args.signature_policy()?;
-    let runtime = Runtime::new(args.runtime_config())?;
     Ok(SkillRegistry::load_dir_with_progress(
         runtime,
         scratch_tools()?,

@@ -1,10 +1,7 @@
 //! `skillhost serve`: the HTTP gateway (`skillhost::gateway`) over the demo
 //! shop, with hot reload.
 
-mod config;
-
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +12,9 @@ use tokio::sync::watch;
 
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
-use skillhost::tools::Tool;
 use skillhost::tools::demo::DemoDb;
-use skillhost::tools::http::HttpTool;
 
 use super::{HostArgs, progress};
-use config::ConfigFile;
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
 /// a gateway without API keys is not reachable from other machines.
@@ -43,10 +37,6 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     command line, where other users of the machine can read them."
 )]
 pub struct ServeArgs {
-    /// A TOML config file (see skillhost.example.toml): server, agent,
-    /// confirmation and LLM settings, HTTP tools.
-    #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
-    config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1:8080]. Beyond loopback, set
     /// API keys.
     #[arg(long, env = "SKILLHOST_LISTEN")]
@@ -94,20 +84,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS")]
     shutdown_grace: Option<u64>,
     #[command(flatten)]
-    host: HostArgs,
+    pub(super) host: HostArgs,
 }
 
 pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
-    let file = match &args.config {
-        Some(path) => ConfigFile::load(path)?,
-        None => ConfigFile::default(),
-    };
+    let file = args.host.config_file()?;
     let env = |name: &str| std::env::var(name).ok();
-    let http_tools = file
-        .tools
-        .iter()
-        .map(|tool| HttpTool::new(tool.clone(), env).map(|tool| Arc::new(tool) as Arc<dyn Tool>))
-        .collect::<Result<Vec<_>, _>>()?;
+    let http_tools = file.http_tools()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let db = Arc::new(DemoDb::open(&args.host.db)?);

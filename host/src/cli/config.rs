@@ -1,6 +1,8 @@
-//! The `skillhost serve --config FILE` file: one TOML file for the gateway,
-//! the agent, the LLM and HTTP tools. `skillhost.example.toml` at the
-//! repository root documents every key.
+//! The `--config FILE` file of every command that runs a host (`serve`,
+//! `run`, `skills`, `ask`, `chat`, `test`): one TOML file for the gateway,
+//! the sandbox, the agent, the LLM and HTTP tools, so that a skill runs
+//! from the command line as `serve` would run it. `skillhost.example.toml`
+//! at the repository root documents every key.
 //!
 //! Precedence, highest first: command-line flags, environment variables,
 //! the file, the defaults. Where skills, keys and the demo database live
@@ -12,6 +14,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -20,9 +23,10 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy};
 use skillhost::runtime::{Limits, RuntimeConfig};
-use skillhost::tools::http::HttpToolConfig;
+use skillhost::tools::Tool;
+use skillhost::tools::http::{HttpTool, HttpToolConfig};
 
-use crate::cli::LogFormat;
+use crate::cli::{HostArgs, LogFormat};
 
 /// The whole file. Every section and key is optional; unknown keys are
 /// errors, so a typo never silently falls back to a default.
@@ -53,7 +57,7 @@ pub struct ServerSection {
     pub request_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
     pub hot_reload: Option<bool>,
-    /// Read before logging starts, see [`super::ServeArgs::config_log_format`].
+    /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
 }
 
@@ -101,11 +105,19 @@ struct SandboxSection {
     max_instances: Option<u32>,
 }
 
-impl super::ServeArgs {
+impl HostArgs {
+    /// The `--config` file; every setting at its default without one.
+    pub fn config_file(&self) -> anyhow::Result<ConfigFile> {
+        match &self.config {
+            Some(path) => ConfigFile::load(path),
+            None => Ok(ConfigFile::default()),
+        }
+    }
+
     /// The config file's `[server] log_format`, read before logging starts.
-    /// A file that cannot be read or parsed gives `None`: `serve` reports
-    /// its error when it loads the file.
-    pub(in crate::cli) fn config_log_format(&self) -> Option<LogFormat> {
+    /// A file that cannot be read or parsed gives `None`: the command
+    /// reports its error when it loads the file.
+    pub fn config_log_format(&self) -> Option<LogFormat> {
         let path = self.config.as_ref()?;
         ConfigFile::load(path).ok()?.server.log_format
     }
@@ -192,6 +204,19 @@ impl ConfigFile {
         })
     }
 
+    /// The file's HTTP tools, their header secrets read from the
+    /// environment.
+    pub fn http_tools(&self) -> anyhow::Result<Vec<Arc<dyn Tool>>> {
+        let env = |name: &str| std::env::var(name).ok();
+        Ok(self
+            .tools
+            .iter()
+            .map(|tool| {
+                HttpTool::new(tool.clone(), env).map(|tool| Arc::new(tool) as Arc<dyn Tool>)
+            })
+            .collect::<Result<_, _>>()?)
+    }
+
     /// The LLM's variables: the environment, then the file.
     pub fn llm_lookup<E: Fn(&str) -> Option<String>>(
         &self,
@@ -217,7 +242,7 @@ mod tests {
 
     use super::*;
 
-    const EXAMPLE: &str = include_str!("../../../../skillhost.example.toml");
+    const EXAMPLE: &str = include_str!("../../../skillhost.example.toml");
 
     #[test]
     fn the_example_file_parses_and_says_what_it_shows() {
