@@ -542,6 +542,11 @@ impl Journal {
         self.replayed = self.answered.len();
     }
 
+    /// Whether the current attempt has calls of the journal still to make.
+    fn replaying(&self) -> bool {
+        self.replayed < self.answered.len()
+    }
+
     /// The recorded answer when the attempt is replaying: the answer given
     /// before, or an error when the steps now make a different call.
     fn replay(&mut self, tool: &str, arguments: &Value) -> Option<Result<Value, ToolError>> {
@@ -621,6 +626,10 @@ impl ToolDispatch for StepsDispatch {
         }
         Ok(answer?)
     }
+
+    fn replaying(&self) -> bool {
+        self.journal().replaying()
+    }
 }
 
 #[cfg(test)]
@@ -645,7 +654,10 @@ mod tests {
         );
         assert_eq!(journal.replayed, 2);
 
+        assert!(!journal.replaying());
+
         journal.replayed = 0;
+        assert!(journal.replaying());
         assert_eq!(
             journal.replay("queryOrder", &order),
             Some(Ok(json!({"status": "delivered"})))
@@ -654,6 +666,7 @@ mod tests {
             panic!("a call with other arguments was answered");
         };
         assert!(why.starts_with("not executed"), "{why}");
+        assert!(!journal.replaying());
         // Past the journal, calls are new: the dispatcher makes them.
         assert_eq!(journal.replay("applyRefund", &json!({})), None);
     }

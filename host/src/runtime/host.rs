@@ -26,6 +26,13 @@ pub trait ToolDispatch: Send + Sync {
         tool: &str,
         arguments: Value,
     ) -> Result<Value, DispatchError>;
+
+    /// Whether the guest is now repeating what an earlier attempt of the
+    /// same invocation did (after a [`DispatchError::Suspend`]): its log
+    /// lines are dropped meanwhile, since they were logged the first time.
+    fn replaying(&self) -> bool {
+        false
+    }
 }
 
 #[async_trait]
@@ -390,7 +397,9 @@ impl host::Host for HostState {
     }
 
     async fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
-        self.log_line(level, &message);
+        if !self.dispatch.replaying() {
+            self.log_line(level, &message);
+        }
         Ok(())
     }
 }
