@@ -265,9 +265,14 @@ impl HostState {
         }
     }
 
-    /// Moves what the guest wrote to stdout and stderr into the log.
+    /// Moves what the guest wrote to stdout and stderr into the log. A
+    /// suspended invocation's is dropped: the next attempt runs from the
+    /// start and writes it again.
     pub(super) fn flush_captured_output(&mut self) {
         let Some(wasi) = self.wasi.take() else { return };
+        if self.suspended_at.is_some() {
+            return;
+        }
         for (level, pipe) in [
             (types::LogLevel::Info, &wasi.stdout),
             (types::LogLevel::Warn, &wasi.stderr),
