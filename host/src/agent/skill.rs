@@ -85,12 +85,13 @@ async fn run_steps(
         let dispatch = Arc::new(StepsDispatch::new(run.clone(), skill.manifest(), journal));
         let result = skill.run(input, dispatch.clone()).await;
         journal = dispatch.take_journal();
-        let Err(InvokeError::Suspended { .. }) = result else {
+        // Only the dispatcher suspends the steps, and it parks the call
+        // first; anything else is the invocation's end.
+        let (Err(InvokeError::Suspended { .. }), Some((tool, arguments))) =
+            (&result, journal.take_parked())
+        else {
             return result;
         };
-        let (tool, arguments) = journal
-            .take_parked()
-            .expect("only the steps' dispatcher suspends them, and it parks the call");
         let caller = Caller::Skill(skill.name().clone());
         let answer = run
             .call_tool_reported(&caller, &tool, arguments.clone())
