@@ -609,7 +609,8 @@ impl ToolDispatch for StepsDispatch {
         if let Some(answer) = self.journal().replay(tool, &arguments) {
             return Ok(answer?);
         }
-        if self.run.waits_for_approval(tool, &arguments) {
+        // Unjournaled, none of the skill's tools asks for approval.
+        if self.journaled && self.run.waits_for_approval(tool, &arguments) {
             self.journal().parked = Some((tool.to_owned(), arguments));
             return Err(DispatchError::Suspend);
         }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
-use skillhost::agent::llm::{LlmClient, LlmConfig};
+use skillhost::agent::llm::LlmClient;
 use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle, RunOutput};
 
 use super::{HostArgs, LoadedHost};
@@ -51,9 +51,8 @@ impl AgentArgs {
     /// configure one: there is nothing to do without.
     pub async fn agent(&self) -> anyhow::Result<Agent> {
         let file = self.host.config_file()?;
-        let env = |name: &str| std::env::var(name).ok();
-        let llm = LlmClient::new(LlmConfig::from_lookup(file.llm_lookup(env))?)?;
-        let loaded = LoadedHost::load(&self.host).await?;
+        let llm = LlmClient::new(file.llm_config()?)?;
+        let loaded = LoadedHost::load(&self.host, &file).await?;
         let keep_public = (!self.keep_public.is_empty()).then(|| self.keep_public.clone());
         let config = file.agent_config(keep_public);
         Ok(Agent::builder(Arc::new(loaded.skills))

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde::Deserialize;
 
-use skillhost::agent::llm::{ENV_API_KEY, ENV_BASE_URL, ENV_MODEL};
+use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy};
 use skillhost::runtime::{Limits, RuntimeConfig};
 use skillhost::tools::Tool;
@@ -215,6 +215,11 @@ impl ConfigFile {
                 HttpTool::new(tool.clone(), env).map(|tool| Arc::new(tool) as Arc<dyn Tool>)
             })
             .collect::<Result<_, _>>()?)
+    }
+
+    /// The LLM as the process environment, then the file, configure it.
+    pub fn llm_config(&self) -> Result<LlmConfig, ConfigError> {
+        LlmConfig::from_lookup(self.llm_lookup(|name: &str| std::env::var(name).ok()))
     }
 
     /// The LLM's variables: the environment, then the file.

@@ -21,6 +21,8 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::format::FmtSpan;
 
+use config::ConfigFile;
+
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::SkillRegistry;
 use skillhost::skills::signature::SignaturePolicy;
@@ -101,18 +103,19 @@ impl HostArgs {
         Ok(SignaturePolicy::Require(self.trust.store()?))
     }
 
-    /// The runtime these arguments ask for: the library's defaults plus the
-    /// compilation cache (none when no cache directory can be found).
-    fn runtime_config(&self) -> RuntimeConfig {
+    /// The runtime these arguments and `file` ask for: the library's
+    /// defaults, the compilation cache (none when no cache directory can be
+    /// found), and the file's `[sandbox]` over them.
+    fn runtime_config(&self, file: &ConfigFile) -> anyhow::Result<RuntimeConfig> {
         let cache_dir = if self.no_cache {
             None
         } else {
             self.cache_dir.clone().or_else(default_cache_dir)
         };
-        RuntimeConfig {
+        file.runtime_config(RuntimeConfig {
             cache_dir,
             ..RuntimeConfig::default()
-        }
+        })
     }
 }
 
@@ -188,11 +191,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             host,
         } => {
-            let loaded = LoadedHost::load(&host).await?;
+            let loaded = LoadedHost::load(&host, &host.config_file()?).await?;
             skills::run(&loaded, &skill, &input, json).await
         }
         Command::Skills { json, host } => {
-            let loaded = LoadedHost::load(&host).await?;
+            let loaded = LoadedHost::load(&host, &host.config_file()?).await?;
             skills::list(&loaded.skills, json)
         }
         Command::Serve(args) => serve::serve(&args).await,
@@ -216,8 +219,7 @@ struct LoadedHost {
 impl LoadedHost {
     /// The skills of `--skills` over the demo tools on `--db` and the
     /// config file's HTTP tools, in its sandbox.
-    async fn load(args: &HostArgs) -> anyhow::Result<Self> {
-        let file = args.config_file()?;
+    async fn load(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Self> {
         let db = Arc::new(DemoDb::open(&args.db)?);
         let mut tools = ToolRegistry::new();
         demo::register_all(&mut tools, db)?;
@@ -226,7 +228,7 @@ impl LoadedHost {
         }
         let tools = Arc::new(tools);
         let policy = args.signature_policy()?;
-        let runtime = Runtime::new(file.runtime_config(args.runtime_config())?)?;
+        let runtime = Runtime::new(args.runtime_config(file)?)?;
         let skills = SkillRegistry::load_dir_with_progress(
             runtime,
             tools.clone(),

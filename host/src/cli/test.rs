@@ -9,7 +9,7 @@ use serde_json::json;
 use super::progress::{self, Progress};
 use super::{HostArgs, scratch_tools};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
-use skillhost::agent::llm::{ConfigError, LlmClient, LlmConfig};
+use skillhost::agent::llm::{ConfigError, LlmClient};
 use skillhost::agent::{Agent, SkillPath};
 use skillhost::runtime::Runtime;
 use skillhost::skills::{LoadFailure, SkillRegistry};
@@ -39,13 +39,12 @@ pub struct TestArgs {
 
 pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
-    let env = |name: &str| std::env::var(name).ok();
-    let llm = match LlmConfig::from_lookup(file.llm_lookup(env)) {
+    let llm = match file.llm_config() {
         Ok(config) => Some(LlmClient::new(config)?),
         Err(ConfigError::NotConfigured { .. }) => None,
         Err(error) => return Err(error.into()),
     };
-    let runtime = Runtime::new(file.runtime_config(args.host.runtime_config())?)?;
+    let runtime = Runtime::new(args.host.runtime_config(&file)?)?;
     let skills = Arc::new(load_skills(&args.host, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {

@@ -95,7 +95,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(&args.host.skills, args.host.signature_policy()?)
-        .runtime_config(file.runtime_config(args.host.runtime_config())?)
+        .runtime_config(args.host.runtime_config(&file)?)
         .demo_tools(db)
         .register_tools(|tools| {
             http_tools
