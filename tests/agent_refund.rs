@@ -629,6 +629,42 @@ async fn a_write_waiting_for_approval_holds_no_instance() {
     assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
 }
 
+/// Regression: a WASI guest whose write carries random bytes and the time
+/// (an idempotency key, a timestamp) made a different call when its steps
+/// ran again after the approval, and was told the approved call was "not
+/// executed" although it had run. Every attempt of an invocation now reads
+/// the same random bytes and the first attempt's clock readings.
+#[tokio::test]
+async fn steps_run_again_after_an_approval_read_the_same_wasi_random_bytes_and_time() {
+    let shop = Shop::with_files(article_003_tools, &[fixture("wasi-replay")]).await;
+    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
+        .config(config())
+        .build();
+    let mut run = agent
+        .start_skill("wasiReplay", json!({"orderId": "88231"}))
+        .unwrap();
+    let pending = loop {
+        match run.events.recv().await.expect("a pending confirmation") {
+            AgentEvent::ConfirmationPending(pending) => break pending,
+            _ => continue,
+        }
+    };
+    let approved_reason = pending.arguments["reason"].as_str().unwrap().to_owned();
+    assert!(approved_reason.starts_with("request "), "{approved_reason}");
+
+    agent.confirmations().approve(pending.id.as_str()).unwrap();
+    while run.events.recv().await.is_some() {}
+    let CallOutcome::Done { result } = run.result().await.unwrap().outcome else {
+        panic!("the steps did not finish");
+    };
+    assert_eq!(result["refundError"], Value::Null, "{result}");
+    assert_eq!(result["refund"]["refundId"], "RF20260629001");
+    assert_eq!(result["reason"], approved_reason.as_str());
+    let refunds = shop.db.refunds_for("88231").unwrap();
+    assert_eq!(refunds.len(), 1);
+    assert_eq!(refunds[0].reason, approved_reason);
+}
+
 #[tokio::test]
 async fn a_skill_that_traps_fails_alone_and_the_run_goes_on() {
     let shop = Shop::with_files(

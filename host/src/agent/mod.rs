@@ -49,7 +49,10 @@
 //!   failures and the loop limits end a run with an error.
 //! - A person's approval never holds a wasm instance: deterministic steps
 //!   are suspended and replayed around it, and each tool call of theirs is
-//!   executed (and reported) once however many attempts they take.
+//!   executed (and reported) once however many attempts they take. Every
+//!   attempt sees the same input, answers, WASI random bytes and clock
+//!   readings ([`crate::runtime::WasiSources`]), so deterministic steps make
+//!   the same calls again.
 
 mod config;
 mod confirm;

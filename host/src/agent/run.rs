@@ -24,7 +24,7 @@ use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatRequest, ChatResponse, Message, Usage};
 use super::service::AgentInner;
-use crate::runtime::{DispatchError, ToolDispatch};
+use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::skills::{Manifest, SkillName, SkillSnapshot};
 use crate::tools::{ToolCallSpan, ToolError};
 
@@ -513,6 +513,9 @@ pub(super) struct Journal {
     /// The call the current attempt was suspended at: a tool and its
     /// arguments, waiting for approval.
     parked: Option<(String, Value)>,
+    /// The WASI randomness and clocks every attempt shares, from the first
+    /// attempt that used WASI.
+    wasi: Option<WasiSources>,
 }
 
 struct AnsweredCall {
@@ -630,6 +633,13 @@ impl ToolDispatch for StepsDispatch {
 
     fn replaying(&self) -> bool {
         self.journal().replaying()
+    }
+
+    fn wasi_sources(&self) -> WasiSources {
+        self.journal()
+            .wasi
+            .get_or_insert_with(WasiSources::fresh)
+            .clone()
     }
 }
 

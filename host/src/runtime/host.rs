@@ -1,4 +1,5 @@
-//! What a guest can reach: the `host` interface, limits and an empty WASI.
+//! What a guest can reach: the `host` interface and limits; WASI is in
+//! [`super::wasi`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,11 +8,11 @@ use async_trait::async_trait;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use super::bindings::skillhost::skill::{host, types};
 use super::limits::{Limit, Limits};
+use super::wasi::{SandboxWasi, WasiSources};
 use crate::skills::SkillName;
 use crate::tools::{ToolCaller, ToolError, ToolRegistry};
 
@@ -32,6 +33,14 @@ pub trait ToolDispatch: Send + Sync {
     /// lines are dropped meanwhile, since they were logged the first time.
     fn replaying(&self) -> bool {
         false
+    }
+
+    /// Where the invocation's WASI randomness and clocks come from, asked
+    /// once, when the guest first uses WASI. An invocation that may run again
+    /// after a [`DispatchError::Suspend`] returns the same (shared) sources
+    /// on every attempt, so that the guest makes the same calls.
+    fn wasi_sources(&self) -> WasiSources {
+        WasiSources::fresh()
     }
 }
 
@@ -139,42 +148,10 @@ pub struct HostState {
     table: ResourceTable,
 }
 
-/// A WASI context that grants nothing, built only for guests that use WASI.
-struct SandboxWasi {
-    ctx: WasiCtx,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
-}
-
-/// Captured stdout or stderr kept per stream. Beyond this the guest's writes
-/// fail, as on a full pipe.
-const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
 /// Longest log message kept; the rest is cut with a marker.
 const LOG_MESSAGE_BYTES: usize = 4 << 10;
 /// Table elements a guest may grow to: a pointer each, so 8 MiB at most.
 const TABLE_ELEMENTS: usize = 1 << 20;
-
-impl SandboxWasi {
-    fn new() -> Self {
-        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
-        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
-        // Fail closed: every capability is off unless listed here. The
-        // builder's defaults already grant no files, env, args or stdin; we
-        // also turn off every socket and name lookup explicitly.
-        let ctx = WasiCtx::builder()
-            .stdout(stdout.clone())
-            .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
-        Self {
-            ctx,
-            stdout,
-            stderr,
-        }
-    }
-}
 
 impl HostState {
     pub(super) fn new(
@@ -413,7 +390,9 @@ impl types::Host for HostState {}
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        let wasi = self.wasi.get_or_insert_with(SandboxWasi::new);
+        let wasi = self
+            .wasi
+            .get_or_insert_with(|| SandboxWasi::new(&self.dispatch.wasi_sources()));
         WasiCtxView {
             ctx: &mut wasi.ctx,
             table: &mut self.table,

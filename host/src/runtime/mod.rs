@@ -10,6 +10,7 @@ mod component;
 mod function_cache;
 mod host;
 mod limits;
+mod wasi;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use wasmtime::{
 pub use component::{LoadError, SkillComponent, compile, digest_of};
 pub use host::{DispatchError, InvokeError, RunOutcome, RunReport, ToolCallRecord, ToolDispatch};
 pub use limits::{Limit, Limits};
+pub use wasi::WasiSources;
 
 use function_cache::FunctionCache;
 use host::HostState;

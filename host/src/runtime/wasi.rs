@@ -1,0 +1,222 @@
+//! The WASI a guest gets: nothing to reach, and randomness and clocks that
+//! repeat when an invocation runs again.
+//!
+//! Components from wasm32-wasip2, componentize-py or componentize-js import
+//! WASI even when they never use it, so it is linked with an empty context
+//! (no files, environment, arguments, stdin or network; stdout and stderr
+//! captured into the log). What such a guest can still read is randomness
+//! and time, and both may end up in a tool call's arguments (an idempotency
+//! key, a timestamp). Steps suspended at a write that waits for approval run
+//! again from the start and must make the same calls, so every attempt of
+//! one invocation shares its [`WasiSources`]: the same random bytes, and the
+//! clock readings the first attempt took, in order.
+
+use std::cell::Cell;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
+
+/// Captured stdout or stderr kept per stream. Beyond this the guest's writes
+/// fail, as on a full pipe.
+const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
+
+/// A WASI context that grants nothing, built only for guests that use WASI.
+pub(super) struct SandboxWasi {
+    pub(super) ctx: WasiCtx,
+    pub(super) stdout: MemoryOutputPipe,
+    pub(super) stderr: MemoryOutputPipe,
+}
+
+impl SandboxWasi {
+    pub(super) fn new(sources: &WasiSources) -> Self {
+        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let mut builder = WasiCtxBuilder::new();
+        // Fail closed: every capability is off unless listed here. The
+        // builder's defaults already grant no files, env, args or stdin; we
+        // also turn off every socket and name lookup explicitly.
+        builder
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        sources.install(&mut builder);
+        Self {
+            ctx: builder.build(),
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// Where a WASI guest's randomness and clocks come from during one
+/// invocation: a 256-bit seed drawn from the host's CSPRNG (so the bytes are
+/// as unpredictable as the host's own) and a record of the clock readings.
+///
+/// Cloning shares the record. Each attempt run with a clone reads the same
+/// random bytes, and its first clock readings are those the first attempt
+/// took, in order (up to 4096 per clock); past them the
+/// clocks are live again (and recorded).
+#[derive(Clone)]
+pub struct WasiSources {
+    seed: [u8; 32],
+    /// The monotonic clock's zero, shared so that it never goes back from
+    /// one attempt to the next.
+    origin: Instant,
+    wall: Arc<Mutex<Vec<Duration>>>,
+    monotonic: Arc<Mutex<Vec<u64>>>,
+}
+
+impl WasiSources {
+    /// Sources for a new invocation.
+    pub fn fresh() -> Self {
+        let mut seed = [0; 32];
+        rand::rng().fill_bytes(&mut seed);
+        Self {
+            seed,
+            origin: Instant::now(),
+            wall: Arc::default(),
+            monotonic: Arc::default(),
+        }
+    }
+
+    fn install(&self, builder: &mut WasiCtxBuilder) {
+        let mut secure = StdRng::from_seed(self.seed);
+        // The insecure generator and seed come from the secure stream, so
+        // they too are the same on every attempt.
+        let insecure = StdRng::from_rng(&mut secure);
+        let insecure_seed = u128::from(secure.next_u64()) << 64 | u128::from(secure.next_u64());
+        let origin = self.origin;
+        builder
+            .secure_random(secure)
+            .insecure_random(insecure)
+            .insecure_random_seed(insecure_seed)
+            .wall_clock(Replayed::new(&self.wall, || {
+                SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .unwrap_or_default()
+            }))
+            .monotonic_clock(Replayed::new(&self.monotonic, move || {
+                u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+            }));
+    }
+}
+
+/// Readings recorded per clock and invocation. A guest reading the clock in
+/// a loop must not grow host memory without bound; an attempt that replays
+/// past this many readings gets live ones (and may then make other calls).
+const RECORDED_READINGS: usize = 4096;
+
+/// Without the seed: the guest's random bytes are as secret as the host's.
+impl fmt::Debug for WasiSources {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WasiSources")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A clock whose first readings come from a shared record, then from the
+/// live clock (recorded for later attempts, up to [`RECORDED_READINGS`]).
+struct Replayed<T> {
+    record: Arc<Mutex<Vec<T>>>,
+    /// How many readings this attempt has taken.
+    taken: Cell<usize>,
+    live: Box<dyn Fn() -> T + Send>,
+}
+
+impl<T: Copy> Replayed<T> {
+    fn new(record: &Arc<Mutex<Vec<T>>>, live: impl Fn() -> T + Send + 'static) -> Self {
+        Self {
+            record: record.clone(),
+            taken: Cell::new(0),
+            live: Box::new(live),
+        }
+    }
+
+    fn read(&self) -> T {
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = self.taken.replace(self.taken.get() + 1);
+        match record.get(taken) {
+            Some(&recorded) => recorded,
+            None => {
+                let reading = (self.live)();
+                if record.len() < RECORDED_READINGS {
+                    record.push(reading);
+                }
+                reading
+            }
+        }
+    }
+}
+
+/// Both clocks read in nanoseconds.
+const RESOLUTION_NANOS: u64 = 1;
+
+impl HostWallClock for Replayed<Duration> {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(RESOLUTION_NANOS)
+    }
+
+    fn now(&self) -> Duration {
+        self.read()
+    }
+}
+
+impl HostMonotonicClock for Replayed<u64> {
+    fn resolution(&self) -> u64 {
+        RESOLUTION_NANOS
+    }
+
+    fn now(&self) -> u64 {
+        self.read()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clock that advances by one at each reading, from `start`.
+    fn ticking(start: u64) -> impl Fn() -> u64 + Send {
+        let next = Mutex::new(start);
+        move || {
+            let mut next = next.lock().unwrap();
+            *next += 1;
+            *next
+        }
+    }
+
+    #[test]
+    fn a_later_attempt_reads_the_recorded_times_then_the_live_clock() {
+        let record = Arc::default();
+        let first = Replayed::new(&record, ticking(0));
+        assert_eq!((first.now(), first.now()), (1, 2));
+
+        let again = Replayed::new(&record, ticking(100));
+        assert_eq!(
+            (again.now(), again.now()),
+            (1, 2),
+            "the first attempt's readings"
+        );
+        assert_eq!(again.now(), 101, "live past the record");
+        assert_eq!(*record.lock().unwrap(), [1, 2, 101]);
+    }
+
+    #[test]
+    fn a_clock_read_in_a_loop_records_a_bounded_number_of_readings() {
+        let record = Arc::default();
+        let clock = Replayed::new(&record, ticking(0));
+        for _ in 0..RECORDED_READINGS + 10 {
+            clock.now();
+        }
+        assert_eq!(record.lock().unwrap().len(), RECORDED_READINGS);
+        assert_eq!(clock.now(), RECORDED_READINGS as u64 + 11, "still live");
+    }
+}
