@@ -8,8 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use skillhost::runtime::{DispatchError, InvokeError, Limit, Limits, RunOutcome, ToolDispatch};
+use skillhost::runtime::{
+    DispatchError, InvokeError, Limit, Limits, LoadError, RunOutcome, Runtime, RuntimeConfig,
+    SkillComponent, ToolDispatch,
+};
 use skillhost::skills::SkillName;
+use skillhost::tools::ToolRegistry;
 
 use crate::support::fixtures::{DemoHost, fixture, skill_file};
 
@@ -235,6 +239,56 @@ async fn infinite_loop_is_stopped_by_the_execution_time_limit() {
     assert!(error.to_string().contains("execution-time"), "{error}");
 }
 
+/// Regression: a guest waiting inside WASI (a sleep on a clock pollable)
+/// runs no wasm, so the epoch deadline never stopped it: it kept its
+/// instance slot for as long as it asked to sleep.
+#[tokio::test]
+async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
+    let ten_minutes = json!({ "millis": 600_000 });
+    let stopped = assert_stopped_by(
+        "wasi-sleeper",
+        ten_minutes,
+        short_limits(),
+        Some(Limit::ExecutionTime),
+    );
+    let error = tokio::time::timeout(Duration::from_secs(60), stopped)
+        .await
+        .expect("stopped by its limit, not at the end of its sleep");
+    assert!(error.to_string().contains("execution-time"), "{error}");
+
+    let host = DemoHost::new();
+    let sleeper = host.load(&fixture("wasi-sleeper")).await;
+    let report = sleeper
+        .run_with_limits(&json!({ "millis": 5 }), host.tools.clone(), short_limits())
+        .await
+        .expect("a sleep within the limit ends normally");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({ "slept": 5 })));
+    assert_eq!(host.runtime.instance_slots().in_use, 0);
+}
+
+/// Same while the host reads the manifest: loading such a file is refused
+/// at the limit instead of holding an instance slot for the whole sleep.
+#[tokio::test]
+async fn a_guest_sleeping_in_wasi_while_described_is_refused_at_load() {
+    let runtime = Runtime::new(RuntimeConfig {
+        limits: short_limits(),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let bytes = std::fs::read(fixture("wasi-sleepy-load")).unwrap();
+    let no_tools = ToolRegistry::new();
+    let load = SkillComponent::load(&runtime, bytes, &no_tools);
+    let Err(error) = tokio::time::timeout(Duration::from_secs(60), load)
+        .await
+        .expect("refused at its limit, not at the end of its sleep")
+    else {
+        panic!("a guest that never finishes describing itself was loaded");
+    };
+    assert!(matches!(error, LoadError::Describe(_)), "{error}");
+    assert!(error.to_string().contains("execution-time"), "{error}");
+    assert_eq!(runtime.instance_slots().in_use, 0);
+}
+
 #[tokio::test]
 async fn memory_bomb_is_stopped_by_the_memory_limit() {
     let limits = Limits {
@@ -319,7 +373,7 @@ async fn component_with_an_unknown_import_is_refused_naming_it() {
         )"#,
     )
     .unwrap();
-    let error = skillhost::runtime::SkillComponent::load(&host.runtime, component, &host.tools)
+    let error = SkillComponent::load(&host.runtime, component, &host.tools)
         .await
         .err()
         .expect("an unknown import is refused");
@@ -358,7 +412,7 @@ impl ToolDispatch for Gate {
 #[tokio::test]
 async fn invocations_beyond_the_pool_wait_for_a_slot() {
     let mut host = DemoHost::new();
-    host.runtime = skillhost::runtime::Runtime::new(skillhost::runtime::RuntimeConfig {
+    host.runtime = Runtime::new(RuntimeConfig {
         max_concurrent_instances: 2,
         ..Default::default()
     })
@@ -410,7 +464,7 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
 /// at refuses it at load, and says so in those terms.
 #[tokio::test]
 async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
-    let runtime = skillhost::runtime::Runtime::new(skillhost::runtime::RuntimeConfig {
+    let runtime = Runtime::new(RuntimeConfig {
         limits: Limits {
             memory_bytes: 1 << 20,
             ..Limits::default()
@@ -421,11 +475,11 @@ async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
     .unwrap();
     let host = DemoHost::new();
     let bytes = std::fs::read(skill_file("processRefund")).unwrap();
-    let error = skillhost::runtime::SkillComponent::load(&runtime, bytes, &host.tools)
+    let error = SkillComponent::load(&runtime, bytes, &host.tools)
         .await
         .err()
         .expect("refused");
-    let skillhost::runtime::LoadError::MemoryLimit { needs, allowed } = error else {
+    let LoadError::MemoryLimit { needs, allowed } = error else {
         panic!("expected the memory limit, got {error}");
     };
     assert_eq!(allowed, 1 << 20);

@@ -12,7 +12,8 @@ use wasmtime::component::Component;
 use super::Runtime;
 use super::bindings::{Skill, SkillPre, skillhost::skill::types};
 use super::host::{
-    HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, json_text, sandboxed_store,
+    HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, json_text, out_of_guest_time,
+    sandboxed_store,
 };
 use super::limits::Limits;
 use crate::skills::{Manifest, ManifestError, SkillName};
@@ -56,6 +57,9 @@ struct SkillInner {
     input_validator: jsonschema::Validator,
     allowed_tools: Arc<[String]>,
     pre: SkillPre<HostState>,
+    /// Whether the guest can wait inside WASI, where the epoch deadline
+    /// cannot stop it (see [`within_guest_time`]).
+    imports_wasi: bool,
     runtime: Runtime,
 }
 
@@ -90,7 +94,11 @@ impl SkillComponent {
             .instantiate_pre(component)
             .map_err(|e| LoadError::Link(format!("{e:#}")))?;
         let pre = SkillPre::new(instance_pre).map_err(|e| LoadError::Link(format!("{e:#}")))?;
-        let (raw, instructions) = describe(runtime, &pre).await?;
+        let imports_wasi = component
+            .component_type()
+            .imports(runtime.engine())
+            .any(|(name, _)| name.starts_with("wasi:"));
+        let (raw, instructions) = describe(runtime, &pre, imports_wasi).await?;
         let (manifest, input_validator) = Manifest::resolve(raw, tools)?;
         if !manifest.has_steps && instructions.trim().is_empty() {
             return Err(LoadError::EmptyInstructions(manifest.name));
@@ -104,6 +112,7 @@ impl SkillComponent {
                 input_validator,
                 allowed_tools,
                 pre,
+                imports_wasi,
                 runtime: runtime.clone(),
             }),
         })
@@ -222,10 +231,10 @@ impl SkillComponent {
         let _slot = self.inner.runtime.instance_slot().await;
         let started = Instant::now();
         let mut store = self.store(dispatch, limits);
-        let result = async {
-            let instance = self.inner.pre.instantiate_async(&mut store).await?;
-            instance.call_run(&mut store, &json_text(input)).await
-        }
+        let result = within_guest_time(&mut store, self.inner.imports_wasi, async |store| {
+            let instance = self.inner.pre.instantiate_async(&mut *store).await?;
+            instance.call_run(store, &json_text(input)).await
+        })
         .await;
         let state = store.data_mut();
         state.flush_captured_output();
@@ -338,11 +347,35 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+/// Runs `call` on `store`. For a guest that imports WASI (`imports_wasi`),
+/// which can wait inside a WASI call where no wasm runs for the epoch
+/// callback to stop it, the call races the execution-time limit on the
+/// store's guest clock and is dropped when it is reached.
+async fn within_guest_time<T>(
+    store: &mut Store<HostState>,
+    imports_wasi: bool,
+    call: impl AsyncFnOnce(&mut Store<HostState>) -> wasmtime::Result<T>,
+) -> wasmtime::Result<T> {
+    if !imports_wasi {
+        return call(store).await;
+    }
+    let clock = store.data().guest_clock();
+    let limit = store.data().limits().execution_time;
+    let used = tokio::select! {
+        biased;
+        result = call(store) => return result,
+        used = out_of_guest_time(&clock, limit) => used,
+    };
+    Err(store.data_mut().out_of_time(used))
+}
+
 /// Reads the manifest and instructions from a fresh, sandboxed instance. A
-/// guest that traps or loops here is refused like any other bad component.
+/// guest that traps, loops or sleeps here is refused like any other bad
+/// component.
 async fn describe(
     runtime: &Runtime,
     pre: &SkillPre<HostState>,
+    imports_wasi: bool,
 ) -> Result<(types::Manifest, String), LoadError> {
     let placeholder = SkillName::new("loading").expect("a valid name");
     let limits = runtime.config().limits;
@@ -354,12 +387,12 @@ async fn describe(
     );
     let _slot = runtime.instance_slot().await;
     let mut store = sandboxed_store(runtime.engine(), state);
-    let result: wasmtime::Result<_> = async {
-        let instance: Skill = pre.instantiate_async(&mut store).await?;
-        let manifest = instance.call_manifest(&mut store).await?;
-        let instructions = instance.call_instructions(&mut store).await?;
+    let result = within_guest_time(&mut store, imports_wasi, async |store| {
+        let instance: Skill = pre.instantiate_async(&mut *store).await?;
+        let manifest = instance.call_manifest(&mut *store).await?;
+        let instructions = instance.call_instructions(store).await?;
         Ok((manifest, instructions))
-    }
+    })
     .await;
     store.data_mut().flush_captured_output();
     let (manifest, instructions) = result

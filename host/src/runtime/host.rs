@@ -1,7 +1,7 @@
 //! What a guest can reach: the `host` interface and limits; WASI is in
 //! [`super::wasi`].
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -134,9 +134,7 @@ pub struct HostState {
     allowed_tools: Arc<[String]>,
     dispatch: Arc<dyn ToolDispatch>,
     limits: Limits,
-    started: Instant,
-    /// Time spent inside tool calls, excluded from the execution-time limit.
-    time_in_tools: Duration,
+    guest_clock: Arc<GuestClock>,
     memory_bytes: usize,
     log_lines: u32,
     /// The limit that ended the invocation, if one did.
@@ -165,8 +163,7 @@ impl HostState {
             allowed_tools,
             dispatch,
             limits,
-            started: Instant::now(),
-            time_in_tools: Duration::ZERO,
+            guest_clock: Arc::new(GuestClock::start()),
             memory_bytes: 0,
             log_lines: 0,
             limit_hit: None,
@@ -188,8 +185,24 @@ impl HostState {
         error
     }
 
-    fn guest_time(&self) -> Duration {
-        self.started.elapsed().saturating_sub(self.time_in_tools)
+    pub(super) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The invocation's guest time, for a watchdog beside the store.
+    pub(super) fn guest_clock(&self) -> Arc<GuestClock> {
+        self.guest_clock.clone()
+    }
+
+    /// Ends the invocation for its execution-time limit; `used` is the guest
+    /// time it ran.
+    pub(super) fn out_of_time(&mut self, used: Duration) -> wasmtime::Error {
+        let detail = format!(
+            "ran for {} ms, more than {} ms allowed",
+            used.as_millis(),
+            self.limits.execution_time.as_millis()
+        );
+        self.hit(Limit::ExecutionTime, detail)
     }
 
     /// Turns a trap into the error the caller sees: a suspension or a limit
@@ -331,9 +344,8 @@ impl HostState {
                 tool: name.to_owned(),
                 message: format!("arguments are not valid JSON: {e}"),
             })?;
-        let started = Instant::now();
+        let _in_tool = self.guest_clock.in_tool();
         let result = self.dispatch.call_tool(&self.skill, name, arguments).await;
-        self.time_in_tools += started.elapsed();
         result.map(|value| json_text(&value))
     }
 }
@@ -431,6 +443,72 @@ impl ResourceLimiter for HostState {
     }
 }
 
+/// An invocation's guest time: wall time since it started, minus the time
+/// inside tool calls (which the execution-time limit does not count). Shared
+/// by the store's epoch callback and [`out_of_guest_time`].
+#[derive(Debug)]
+pub(super) struct GuestClock {
+    started: Instant,
+    tools: Mutex<ToolTime>,
+}
+
+#[derive(Debug, Default)]
+struct ToolTime {
+    finished: Duration,
+    /// When the tool call under way began.
+    current: Option<Instant>,
+}
+
+impl GuestClock {
+    fn start() -> Self {
+        Self {
+            started: Instant::now(),
+            tools: Mutex::default(),
+        }
+    }
+
+    pub(super) fn used(&self) -> Duration {
+        let tools = self.tools();
+        let in_tools = tools.finished + tools.current.map_or(Duration::ZERO, |t| t.elapsed());
+        self.started.elapsed().saturating_sub(in_tools)
+    }
+
+    /// Stops guest time until the returned guard is dropped (the call
+    /// returns, or the invocation is dropped in the middle of it).
+    fn in_tool(&self) -> impl Drop + '_ {
+        struct InTool<'a>(&'a GuestClock);
+        impl Drop for InTool<'_> {
+            fn drop(&mut self) {
+                let mut tools = self.0.tools();
+                if let Some(began) = tools.current.take() {
+                    tools.finished += began.elapsed();
+                }
+            }
+        }
+        self.tools().current = Some(Instant::now());
+        InTool(self)
+    }
+
+    fn tools(&self) -> MutexGuard<'_, ToolTime> {
+        self.tools.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Returns once `clock` has run `limit`. The epoch callback stops a guest
+/// running wasm, but none runs while a guest waits inside WASI (a sleep on
+/// a clock pollable): racing the invocation with this stops it there too.
+/// Re-armed while the invocation is in a tool call, whose time is not the
+/// guest's.
+pub(super) async fn out_of_guest_time(clock: &GuestClock, limit: Duration) -> Duration {
+    loop {
+        let used = clock.used();
+        match limit.checked_sub(used) {
+            Some(left) if !left.is_zero() => tokio::time::sleep(left).await,
+            _ => return used,
+        }
+    }
+}
+
 /// A fresh store for one invocation, with its limits armed: the memory
 /// limiter, and the execution-time limit — the epoch callback runs every tick
 /// and ends the invocation once guest time (wall time minus time in tools)
@@ -442,14 +520,9 @@ pub(super) fn sandboxed_store(engine: &Engine, state: HostState) -> Store<HostSt
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut store| {
         let state = store.data_mut();
-        let used = state.guest_time();
+        let used = state.guest_clock.used();
         if used >= state.limits.execution_time {
-            let detail = format!(
-                "ran for {} ms, more than {} ms allowed",
-                used.as_millis(),
-                state.limits.execution_time.as_millis()
-            );
-            state.hit(Limit::ExecutionTime, detail);
+            state.out_of_time(used);
             return Ok(UpdateDeadline::Interrupt);
         }
         Ok(UpdateDeadline::Yield(1))

@@ -7,9 +7,11 @@ use std::time::Duration;
 /// limit; the host and other invocations carry on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Guest execution time, measured by epoch ticks. Time spent inside tool
-    /// calls does not count (a tool may wait on I/O or on a person's
-    /// approval); only the guest's own computation does.
+    /// Guest execution time: wall time from the instance's creation, checked
+    /// at epoch ticks (and, for guests that import WASI, by a watchdog that
+    /// also stops one waiting inside WASI). Time spent inside tool calls does
+    /// not count (a tool may wait on I/O); the guest's own computation and
+    /// waits do.
     /// Default: 2 s — deterministic steps are glue code that should finish in
     /// microseconds; two seconds catches a runaway loop without cutting off a
     /// slow-but-honest guest such as an interpreted language runtime.

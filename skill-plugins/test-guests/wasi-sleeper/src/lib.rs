@@ -1,0 +1,35 @@
+//! Sleeps `millis` milliseconds in WASI (`subscribe-duration` + `block`),
+//! then answers. No wasm runs while it waits, so the epoch deadline that
+//! stops a spinning guest never fires there; the host must bound it anyway.
+
+use serde::Deserialize;
+use skillhost_skill_sdk::{Outcome, Skill, json};
+
+mod bindings {
+    wit_bindgen::generate!({ path: "wit", world: "sleeper", generate_all });
+}
+
+use bindings::wasi::clocks::monotonic_clock;
+
+fn skill() -> Skill {
+    Skill::new("wasiSleeper")
+        .description("Test guest: sleeps in WASI for as long as it is asked.")
+        .instructions("Test guest; never loaded by a real host.")
+        .parameters(json!({
+            "type": "object",
+            "properties": { "millis": { "type": "integer", "minimum": 0 } },
+            "required": ["millis"],
+        }))
+}
+
+#[derive(Deserialize)]
+struct Input {
+    millis: u64,
+}
+
+fn run(input: Input) -> Result<Outcome, String> {
+    monotonic_clock::subscribe_duration(input.millis.saturating_mul(1_000_000)).block();
+    Ok(Outcome::done(json!({ "slept": input.millis })))
+}
+
+skillhost_skill_sdk::export_skill!(skill, steps: run);
