@@ -262,7 +262,10 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
         .run_with_limits(&json!({ "millis": 5 }), host.tools.clone(), short_limits())
         .await
         .expect("a sleep within the limit ends normally");
-    assert_eq!(report.outcome, RunOutcome::Done(json!({ "slept": 5 })));
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Done(json!({ "slept": 5, "randomBytes": 0 }))
+    );
     assert_eq!(host.runtime.instance_slots().in_use, 0);
 }
 
@@ -287,6 +290,25 @@ async fn a_guest_sleeping_in_wasi_while_described_is_refused_at_load() {
     assert!(matches!(error, LoadError::Describe(_)), "{error}");
     assert!(error.to_string().contains("execution-time"), "{error}");
     assert_eq!(runtime.instance_slots().in_use, 0);
+}
+
+/// WASI hands out random bytes the host allocates before the guest's memory
+/// limit applies: a request larger than a call may have traps with the
+/// limit named, and allocates nothing; a key-sized request is served.
+#[tokio::test]
+async fn a_guest_asking_wasi_for_too_many_random_bytes_traps() {
+    let host = DemoHost::new();
+    let sleeper = host.load(&fixture("wasi-sleeper")).await;
+    let key = json!({ "millis": 0, "randomBytes": 32 });
+    let report = sleeper.run(&key, host.tools.clone()).await.unwrap();
+    assert_eq!(
+        report.outcome,
+        RunOutcome::Done(json!({ "slept": 0, "randomBytes": 32 }))
+    );
+
+    let hoard = json!({ "millis": 0, "randomBytes": 32 << 20 });
+    let error = assert_stopped_by("wasi-sleeper", hoard, short_limits(), None).await;
+    assert!(error.to_string().contains("exceeds limit"), "{error}");
 }
 
 #[tokio::test]

@@ -24,6 +24,11 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
 /// Captured stdout or stderr kept per stream. Beyond this the guest's writes
 /// fail, as on a full pipe.
 const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
+/// Random bytes one WASI call may ask for; a larger request traps. The host
+/// allocates them before the guest's memory limit applies, so wasmtime's
+/// 64 MiB default would let each invocation make the host allocate that.
+/// Default: 1 MiB — keys and nonces are tens of bytes.
+const RANDOM_BYTES_PER_CALL: u64 = 1 << 20;
 
 /// A WASI context that grants nothing, built only for guests that use WASI.
 pub(super) struct SandboxWasi {
@@ -45,7 +50,8 @@ impl SandboxWasi {
             .stderr(stderr.clone())
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false);
+            .allow_ip_name_lookup(false)
+            .max_random_size(RANDOM_BYTES_PER_CALL);
         sources.install(&mut builder);
         Self {
             ctx: builder.build(),

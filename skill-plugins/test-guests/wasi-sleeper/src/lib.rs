@@ -1,6 +1,7 @@
 //! Sleeps `millis` milliseconds in WASI (`subscribe-duration` + `block`),
 //! then answers. No wasm runs while it waits, so the epoch deadline that
 //! stops a spinning guest never fires there; the host must bound it anyway.
+//! With `randomBytes`, first asks WASI for that many random bytes at once.
 
 use serde::Deserialize;
 use skillhost_skill_sdk::{Outcome, Skill, json};
@@ -10,6 +11,7 @@ mod bindings {
 }
 
 use bindings::wasi::clocks::monotonic_clock;
+use bindings::wasi::random::random;
 
 fn skill() -> Skill {
     Skill::new("wasiSleeper")
@@ -17,19 +19,26 @@ fn skill() -> Skill {
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({
             "type": "object",
-            "properties": { "millis": { "type": "integer", "minimum": 0 } },
+            "properties": {
+                "millis": { "type": "integer", "minimum": 0 },
+                "randomBytes": { "type": "integer", "minimum": 0 },
+            },
             "required": ["millis"],
         }))
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Input {
     millis: u64,
+    #[serde(default)]
+    random_bytes: u64,
 }
 
 fn run(input: Input) -> Result<Outcome, String> {
+    let random = random::get_random_bytes(input.random_bytes);
     monotonic_clock::subscribe_duration(input.millis.saturating_mul(1_000_000)).block();
-    Ok(Outcome::done(json!({ "slept": input.millis })))
+    Ok(Outcome::done(json!({ "slept": input.millis, "randomBytes": random.len() })))
 }
 
 skillhost_skill_sdk::export_skill!(skill, steps: run);
