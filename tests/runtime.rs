@@ -269,6 +269,41 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
     assert_eq!(host.runtime.instance_slots().in_use, 0);
 }
 
+/// Forwards to the demo tools after a pause longer than [`short_limits`]'s
+/// execution time.
+struct SlowTools(Arc<DemoHost>);
+
+#[async_trait]
+impl ToolDispatch for SlowTools {
+    async fn call_tool(
+        &self,
+        skill: &SkillName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<Value, DispatchError> {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.0.tools.call_tool(skill, tool, arguments).await
+    }
+}
+
+/// The watchdog of a guest that imports WASI counts guest time as the epoch
+/// callback does: a tool call slower than the whole limit is not the
+/// guest's time, and does not stop it.
+#[tokio::test]
+async fn a_wasi_guest_waiting_on_a_slow_tool_is_not_out_of_time() {
+    let host = Arc::new(DemoHost::new());
+    let guest = host.load(&fixture("wasi-replay")).await;
+    let slow: Arc<dyn ToolDispatch> = Arc::new(SlowTools(host.clone()));
+    let report = guest
+        .run_with_limits(&json!({ "orderId": "88231" }), slow, short_limits())
+        .await
+        .expect("two 400 ms tool calls within a 300 ms limit");
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("no result: {:?}", report.outcome);
+    };
+    assert_eq!(result["refund"]["success"], true, "{result}");
+}
+
 /// Same while the host reads the manifest: loading such a file is refused
 /// at the limit instead of holding an instance slot for the whole sleep.
 #[tokio::test]

@@ -10,6 +10,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
+use super::EPOCH_TICK;
 use super::bindings::skillhost::skill::{host, types};
 use super::limits::{Limit, Limits};
 use super::wasi::{SandboxWasi, WasiSources};
@@ -498,12 +499,13 @@ impl GuestClock {
 /// running wasm, but none runs while a guest waits inside WASI (a sleep on
 /// a clock pollable): racing the invocation with this stops it there too.
 /// Re-armed while the invocation is in a tool call, whose time is not the
-/// guest's.
+/// guest's; never more often than the epoch ticks, so a guest with little
+/// time left that calls a slow tool does not wake it every millisecond.
 pub(super) async fn out_of_guest_time(clock: &GuestClock, limit: Duration) -> Duration {
     loop {
         let used = clock.used();
         match limit.checked_sub(used) {
-            Some(left) if !left.is_zero() => tokio::time::sleep(left).await,
+            Some(left) if !left.is_zero() => tokio::time::sleep(left.max(EPOCH_TICK)).await,
             _ => return used,
         }
     }
