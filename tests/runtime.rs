@@ -264,9 +264,28 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
         .expect("a sleep within the limit ends normally");
     assert_eq!(
         report.outcome,
-        RunOutcome::Done(json!({ "slept": 5, "randomBytes": 0 }))
+        RunOutcome::Done(json!({ "slept": 5, "randomBytes": 0, "pollables": 0 }))
     );
     assert_eq!(host.runtime.instance_slots().in_use, 0);
+}
+
+/// Every WASI resource a guest holds (a pollable, a stream) is host memory
+/// outside its memory limit: a guest holding more than the sandbox allows
+/// traps; one holding a few is served.
+#[tokio::test]
+async fn a_guest_hoarding_wasi_resources_traps() {
+    let host = DemoHost::new();
+    let sleeper = host.load(&fixture("wasi-sleeper")).await;
+    let few = json!({ "millis": 0, "pollables": 100 });
+    let report = sleeper.run(&few, host.tools.clone()).await.unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("no result: {:?}", report.outcome);
+    };
+    assert_eq!(result["pollables"], 100);
+
+    let hoard = json!({ "millis": 0, "pollables": 200_000 });
+    let error = assert_stopped_by("wasi-sleeper", hoard, Limits::default(), None).await;
+    assert!(error.to_string().contains("resource table"), "{error}");
 }
 
 /// Forwards to the demo tools after a pause longer than [`short_limits`]'s
@@ -338,7 +357,7 @@ async fn a_guest_asking_wasi_for_too_many_random_bytes_traps() {
     let report = sleeper.run(&key, host.tools.clone()).await.unwrap();
     assert_eq!(
         report.outcome,
-        RunOutcome::Done(json!({ "slept": 0, "randomBytes": 32 }))
+        RunOutcome::Done(json!({ "slept": 0, "randomBytes": 32, "pollables": 0 }))
     );
 
     let hoard = json!({ "millis": 0, "randomBytes": 32 << 20 });
