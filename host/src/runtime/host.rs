@@ -13,7 +13,7 @@ use wasmtime_wasi::{WasiCtxView, WasiView};
 use super::EPOCH_TICK;
 use super::bindings::skillhost::skill::{host, types};
 use super::limits::{Limit, Limits};
-use super::wasi::{SandboxWasi, WasiSources};
+use super::wasi::{self, SandboxWasi, WasiSources};
 use crate::skills::SkillName;
 use crate::tools::{ToolCaller, ToolError, ToolRegistry};
 
@@ -171,7 +171,7 @@ impl HostState {
             suspended_at: None,
             tool_calls: Vec::new(),
             wasi: None,
-            table: wasi_resource_table(),
+            table: wasi::resource_table(),
         }
     }
 
@@ -509,20 +509,6 @@ pub(super) async fn out_of_guest_time(clock: &GuestClock, limit: Duration) -> Du
             _ => return used,
         }
     }
-}
-
-/// WASI resources (streams, pollables) a guest may hold at once. Each is host
-/// memory outside the guest's memory limit, and wasmtime's default of a
-/// million would let one invocation hold hundreds of MiB of it. Default:
-/// 10,000 — a WASI guest holds a handful; a guest creating more traps.
-const WASI_RESOURCES: usize = 10_000;
-
-/// The table of the resources WASI hands a guest. Allocates nothing until a
-/// guest that uses WASI creates one.
-fn wasi_resource_table() -> ResourceTable {
-    let mut table = ResourceTable::new();
-    table.set_max_capacity(WASI_RESOURCES);
-    table
 }
 
 /// A fresh store for one invocation, with its limits armed: the memory

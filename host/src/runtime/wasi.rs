@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use wasmtime::component::ResourceTable;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
 
@@ -29,6 +30,24 @@ const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
 /// 64 MiB default would let each invocation make the host allocate that.
 /// Default: 1 MiB — keys and nonces are tens of bytes.
 const RANDOM_BYTES_PER_CALL: u64 = 1 << 20;
+/// WASI resources (streams, pollables) a guest may hold at once. Each is host
+/// memory outside the guest's memory limit, and wasmtime's default of a
+/// million would let one invocation hold hundreds of MiB of it. Default:
+/// 10,000 — a WASI guest holds a handful; a guest creating more traps.
+const RESOURCES: usize = 10_000;
+/// Readings recorded per clock and invocation. A guest reading the clock in
+/// a loop must not grow host memory without bound; an attempt that replays
+/// past this many readings gets live ones (and may then make other calls).
+const RECORDED_READINGS: usize = 4096;
+
+/// The table of the resources WASI hands a guest (the store's, so every
+/// store gets one). Allocates nothing until a guest that uses WASI creates
+/// a resource.
+pub(super) fn resource_table() -> ResourceTable {
+    let mut table = ResourceTable::new();
+    table.set_max_capacity(RESOURCES);
+    table
+}
 
 /// A WASI context that grants nothing, built only for guests that use WASI.
 pub(super) struct SandboxWasi {
@@ -113,11 +132,6 @@ impl WasiSources {
             }));
     }
 }
-
-/// Readings recorded per clock and invocation. A guest reading the clock in
-/// a loop must not grow host memory without bound; an attempt that replays
-/// past this many readings gets live ones (and may then make other calls).
-const RECORDED_READINGS: usize = 4096;
 
 /// Without the seed: the guest's random bytes are as secret as the host's.
 impl fmt::Debug for WasiSources {
