@@ -5,7 +5,7 @@
 use skillhost_skill_sdk::{Outcome, Skill, Value, json};
 
 mod bindings {
-    wit_bindgen::generate!({ path: "wit", world: "prober", generate_all });
+    wit_bindgen::generate!({ path: "../wasi-wit", world: "prober", generate_all });
 }
 
 use bindings::wasi::cli::{environment, stdout};

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use skillhost_skill_sdk::{Outcome, Skill, Value, call_tool_json, json};
 
 mod bindings {
-    wit_bindgen::generate!({ path: "wit", world: "replay", generate_all });
+    wit_bindgen::generate!({ path: "../wasi-wit", world: "replay", generate_all });
 }
 
 use bindings::wasi::clocks::{monotonic_clock, wall_clock};

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use skillhost_skill_sdk::{Outcome, Skill, json};
 
 mod bindings {
-    wit_bindgen::generate!({ path: "wit", world: "sleeper", generate_all });
+    wit_bindgen::generate!({ path: "../wasi-wit", world: "sleeper", generate_all });
 }
 
 use bindings::wasi::clocks::monotonic_clock;

@@ -4,7 +4,7 @@
 use skillhost_skill_sdk::{Skill, json};
 
 mod bindings {
-    wit_bindgen::generate!({ path: "wit", world: "sleeper", generate_all });
+    wit_bindgen::generate!({ path: "../wasi-wit", world: "sleepy-load", generate_all });
 }
 
 use bindings::wasi::clocks::monotonic_clock;
