@@ -7,7 +7,7 @@
 
 use std::cmp::Reverse;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -232,6 +232,16 @@ struct Line {
 }
 
 impl Line {
+    /// The line in columns 0 to 3: product id, name, quantity, unit price.
+    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            product_id: row.get(0)?,
+            name: row.get(1)?,
+            quantity: row.get(2)?,
+            unit_price_cents: row.get(3)?,
+        })
+    }
+
     fn json(self) -> Value {
         object([
             ("product_id", self.product_id.into()),
@@ -251,14 +261,7 @@ const ORDER_LINES: &str = "
 fn order_lines(conn: &Connection, order_id: &str) -> rusqlite::Result<Vec<Line>> {
     let mut statement = conn.prepare_cached(ORDER_LINES)?;
     statement
-        .query_map(params![order_id], |row| {
-            Ok(Line {
-                product_id: row.get(0)?,
-                name: row.get(1)?,
-                quantity: row.get(2)?,
-                unit_price_cents: row.get(3)?,
-            })
-        })?
+        .query_map(params![order_id], Line::from_row)?
         .collect()
 }
 
@@ -323,6 +326,31 @@ fn ensure_not_refunded(conn: &Connection, order_id: &str) -> Result<(), OpError>
     }
 }
 
+/// Records a full refund of an order as `processing`, under the next refund
+/// id of the day, which it returns.
+fn insert_refund(
+    conn: &Connection,
+    order_id: &str,
+    reason: &str,
+    amount_cents: i64,
+    now: ShopTime,
+) -> Result<String, OpError> {
+    let refund_id = DailyId::Refund.next(conn, now)?;
+    conn.execute(
+        "INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![
+            refund_id,
+            order_id,
+            reason,
+            amount_cents,
+            RefundStatus::Processing,
+            now.to_string()
+        ],
+    )?;
+    Ok(refund_id)
+}
+
 fn customer_address(conn: &Connection) -> rusqlite::Result<String> {
     conn.query_row_cached(
         "SELECT default_address FROM customers WHERE customer_id = ?1",
@@ -339,13 +367,7 @@ fn cart_lines(conn: &Connection) -> rusqlite::Result<Vec<(Line, i64)>> {
     )?;
     statement
         .query_map(params![DEMO_CUSTOMER], |row| {
-            let line = Line {
-                product_id: row.get(0)?,
-                name: row.get(1)?,
-                quantity: row.get(2)?,
-                unit_price_cents: row.get(3)?,
-            };
-            Ok((line, row.get(4)?))
+            Ok((Line::from_row(row)?, row.get(4)?))
         })?
         .collect()
 }
@@ -376,6 +398,20 @@ struct Product {
 }
 
 impl Product {
+    /// The product in the seven columns from `first` on, in field order:
+    /// product_id, name, category, aliases, price_cents, stock, description.
+    fn from_row(row: &Row<'_>, first: usize) -> rusqlite::Result<Self> {
+        Ok(Self {
+            product_id: row.get(first)?,
+            name: row.get(first + 1)?,
+            category: row.get(first + 2)?,
+            aliases: row.get(first + 3)?,
+            price_cents: row.get(first + 4)?,
+            stock: row.get(first + 5)?,
+            description: row.get(first + 6)?,
+        })
+    }
+
     fn json(&self) -> Value {
         json!({
             "product_id": self.product_id,
@@ -395,17 +431,7 @@ fn products(conn: &Connection) -> rusqlite::Result<Vec<Product>> {
          FROM products ORDER BY product_id",
     )?;
     statement
-        .query_map([], |row| {
-            Ok(Product {
-                product_id: row.get(0)?,
-                name: row.get(1)?,
-                category: row.get(2)?,
-                aliases: row.get(3)?,
-                price_cents: row.get(4)?,
-                stock: row.get(5)?,
-                description: row.get(6)?,
-            })
-        })?
+        .query_map([], |row| Product::from_row(row, 0))?
         .collect()
 }
 
@@ -449,15 +475,7 @@ fn devices(conn: &Connection) -> rusqlite::Result<Vec<Device>> {
                 online: row.get(2)?,
                 firmware: row.get(3)?,
                 error: row.get(4)?,
-                product: Product {
-                    product_id: row.get(5)?,
-                    name: row.get(6)?,
-                    category: row.get(7)?,
-                    aliases: row.get(8)?,
-                    price_cents: row.get(9)?,
-                    stock: row.get(10)?,
-                    description: row.get(11)?,
-                },
+                product: Product::from_row(row, 5)?,
             })
         })?
         .collect()
@@ -473,6 +491,18 @@ fn best_match<T>(candidates: Vec<T>, score: impl Fn(&T) -> usize) -> Option<T> {
         }
     }
     best.map(|(_, candidate)| candidate)
+}
+
+/// The candidates with a positive score, highest first; the sort is stable,
+/// so ties keep their order.
+fn ranked<T>(candidates: Vec<T>, score: impl Fn(&T) -> usize) -> Vec<T> {
+    let mut scored: Vec<(usize, T)> = candidates
+        .into_iter()
+        .map(|candidate| (score(&candidate), candidate))
+        .filter(|(points, _)| *points > 0)
+        .collect();
+    scored.sort_by_key(|(points, _)| Reverse(*points));
+    scored.into_iter().map(|(_, candidate)| candidate).collect()
 }
 
 const LOGISTICS: &str = "SELECT carrier, status, signed_by FROM logistics WHERE tracking_no = ?1";
@@ -588,19 +618,7 @@ impl DemoDb {
                  wait for it instead of a second request"
             )));
         }
-        let refund_id = DailyId::Refund.next(&tx, now)?;
-        tx.execute(
-            "INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                refund_id,
-                order_id,
-                reason,
-                order.amount_cents,
-                RefundStatus::Processing,
-                now.to_string()
-            ],
-        )?;
+        let refund_id = insert_refund(&tx, order_id, reason, order.amount_cents, now)?;
         let lines = order_lines(&tx, order_id)?;
         tx.commit()?;
         Ok(json!({
@@ -620,7 +638,7 @@ impl DemoDb {
         let mut statement = conn.prepare_cached(
             "SELECT article_id, title, category, keywords, content FROM knowledge ORDER BY article_id",
         )?;
-        let mut scored = statement
+        let articles = statement
             .query_map([], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
@@ -630,24 +648,17 @@ impl DemoDb {
                     row.get::<_, String>(4)?,
                 ))
             })?
-            .map(|article| {
-                article.map(|(id, title, category, keywords, content)| {
-                    let text = format!("{title} {keywords} {content}");
-                    let score = relevance(query, &text, &keywords);
-                    (score, id, title, category, content)
-                })
-            })
             .collect::<Result<Vec<_>, _>>()?;
-        scored.retain(|(score, ..)| *score > 0);
-        // Highest score first; the sort is stable, so ties keep id order.
-        scored.sort_by_key(|entry| Reverse(entry.0));
-        let results: Vec<Value> = scored
-            .into_iter()
-            .take(3)
-            .map(|(_, id, title, category, content)| {
-                json!({ "article_id": id, "title": title, "category": category, "content": content })
-            })
-            .collect();
+        // The articles come in id order, which ranking keeps among ties.
+        let results: Vec<Value> = ranked(articles, |(_, title, _, keywords, content)| {
+            relevance(query, &format!("{title} {keywords} {content}"), keywords)
+        })
+        .into_iter()
+        .take(3)
+        .map(|(id, title, category, _, content)| {
+            json!({ "article_id": id, "title": title, "category": category, "content": content })
+        })
+        .collect();
         let mut answer = json!({ "query": query, "count": results.len() });
         if results.is_empty() {
             answer["hint"] = json!(
@@ -715,19 +726,8 @@ impl DemoDb {
             params![order_id],
         )? > 0;
         let refund = if order.status == OrderStatus::Paid {
-            let refund_id = DailyId::Refund.next(&tx, now)?;
-            tx.execute(
-                "INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    refund_id,
-                    order_id,
-                    format!("order cancelled: {reason}"),
-                    order.amount_cents,
-                    RefundStatus::Processing,
-                    now.to_string()
-                ],
-            )?;
+            let reason = format!("order cancelled: {reason}");
+            let refund_id = insert_refund(&tx, order_id, &reason, order.amount_cents, now)?;
             Some(json!({
                 "refund_id": refund_id,
                 "amount": money(order.amount_cents),
@@ -864,19 +864,13 @@ impl DemoDb {
             }
         }
         if let Some(keyword) = keyword {
-            let mut scored: Vec<(usize, Product)> = found
-                .into_iter()
-                .map(|product| {
-                    let text = format!(
-                        "{} {} {} {}",
-                        product.product_id, product.name, product.category, product.aliases
-                    );
-                    (relevance(keyword, &text, &product.aliases), product)
-                })
-                .filter(|(score, _)| *score > 0)
-                .collect();
-            scored.sort_by_key(|entry| Reverse(entry.0));
-            found = scored.into_iter().map(|(_, product)| product).collect();
+            found = ranked(found, |product| {
+                let text = format!(
+                    "{} {} {} {}",
+                    product.product_id, product.name, product.category, product.aliases
+                );
+                relevance(keyword, &text, &product.aliases)
+            });
         }
         Ok(json!({
             "count": found.len(),
@@ -1181,7 +1175,7 @@ impl DemoDb {
         };
         let mut statement = conn
             .prepare_cached("SELECT keywords, cause, steps FROM diagnostics WHERE category = ?1")?;
-        let mut rules = statement
+        let rules = statement
             .query_map(params![product.category], |row| {
                 Ok((
                     row.get::<_, String>(0)?,
@@ -1189,19 +1183,16 @@ impl DemoDb {
                     row.get::<_, String>(2)?,
                 ))
             })?
-            .map(|rule| {
-                rule.map(|(keywords, cause, steps)| {
-                    (relevance(symptom, &keywords, &keywords), cause, steps)
-                })
-            })
             .collect::<Result<Vec<_>, _>>()?;
-        rules.retain(|(score, ..)| *score > 0);
-        rules.sort_by_key(|rule| Reverse(rule.0));
-        let causes: Vec<Value> = rules
-            .into_iter()
-            .take(2)
-            .map(|(_, cause, steps)| json!({ "cause": cause, "steps": steps.split('|').collect::<Vec<_>>() }))
-            .collect();
+        let causes: Vec<Value> = ranked(rules, |(keywords, ..)| {
+            relevance(symptom, keywords, keywords)
+        })
+        .into_iter()
+        .take(2)
+        .map(|(_, cause, steps)| {
+            json!({ "cause": cause, "steps": steps.split('|').collect::<Vec<_>>() })
+        })
+        .collect();
         if causes.is_empty() {
             findings.push(format!(
                 "no troubleshooting rule for {} matches the symptom",
