@@ -11,7 +11,8 @@ use tempfile::TempDir;
 
 use skillhost::agent::llm::{LlmClient, LlmConfig};
 use skillhost::agent::{
-    Agent, AgentConfig, AgentEvent, CallOutcome, Caller, PendingConfirmation, Resolution,
+    Agent, AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Finished, PendingConfirmation,
+    Resolution, RunOutput,
 };
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -109,6 +110,16 @@ impl Shop {
     }
 }
 
+/// Asks `agent` `request` and answers every confirmation with `decision`,
+/// to the end of the run.
+pub async fn ask_deciding(agent: &Agent, request: &str, decision: Decision) -> Finished<RunOutput> {
+    agent
+        .ask(request)
+        .unwrap()
+        .finish_with(|_| decision.clone())
+        .await
+}
+
 /// A client for the scripted server with fast retries.
 pub fn client(llm: &ScriptedLlm) -> LlmClient {
     LlmClient::new(LlmConfig {
@@ -176,6 +187,17 @@ pub fn confirmations(events: &[AgentEvent]) -> Vec<PendingConfirmation> {
         .iter()
         .filter_map(|event| match event {
             AgentEvent::ConfirmationPending(pending) => Some(pending.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The outcome of every skill run that finished, in order.
+pub fn skill_outcomes(events: &[AgentEvent]) -> Vec<CallOutcome> {
+    events
+        .iter()
+        .filter_map(|event| match event {
+            AgentEvent::SkillFinished { outcome, .. } => Some(outcome.clone()),
             _ => None,
         })
         .collect()

@@ -20,7 +20,8 @@ use skillhost::tools::Tool;
 use skillhost::tools::demo::{DemoDb, OrderStatus, article_000_tools};
 
 use crate::agent_common::{
-    Shop, calls_of, confirmations, refusal, resolutions, rounds_of, skill, tool_result,
+    Shop, ask_deciding, calls_of, confirmations, refusal, resolutions, rounds_of, skill,
+    tool_result,
 };
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
@@ -95,11 +96,7 @@ async fn masking_table_of_article_000_is_reproduced() {
     ])
     .await;
     let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask("Please cancel my order 88239")
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
+    let finished = ask_deciding(&agent, "Please cancel my order 88239", Decision::Leave).await;
     let output = finished.result.unwrap();
 
     let requests = llm.requests();
@@ -222,11 +219,7 @@ async fn compaction_that_evicts_the_load_result_revokes_the_unlocks() {
             ..config()
         },
     );
-    let finished = agent
-        .ask("Please cancel my order 88239")
-        .unwrap()
-        .finish_with(|_| Decision::Approve)
-        .await;
+    let finished = ask_deciding(&agent, "Please cancel my order 88239", Decision::Approve).await;
     finished.result.unwrap();
 
     let requests = llm.requests();
@@ -371,11 +364,12 @@ async fn a_rejected_write_is_told_to_the_model_and_changes_nothing() {
     ])
     .await;
     let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask("Cancel my order 88239")
-        .unwrap()
-        .finish_with(|_| Decision::Reject(Some("keep it after all".into())))
-        .await;
+    let finished = ask_deciding(
+        &agent,
+        "Cancel my order 88239",
+        Decision::Reject(Some("keep it after all".into())),
+    )
+    .await;
     assert_eq!(
         finished.result.unwrap().answer,
         "Understood: order 88239 stays as it is."

@@ -11,14 +11,14 @@ use serde_json::{Value, json};
 
 use skillhost::agent::catalog::DisclosureConfig;
 use skillhost::agent::{
-    AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
-    Resolution, SkillPath,
+    Agent, AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
+    PendingConfirmation, Resolution, RunHandle, SkillOutput, SkillPath,
 };
 use skillhost::tools::demo::article_003_tools;
 
 use crate::agent_common::{
-    REFUND_REQUEST, Shop, calls_of, confirmations, refusal, resolutions, rounds_of, skill,
-    tool_result, tools_called,
+    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refusal, resolutions, rounds_of,
+    skill, skill_outcomes, tool_result, tools_called,
 };
 use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -40,6 +40,29 @@ fn config() -> AgentConfig {
     }
 }
 
+/// The shop, a model scripted with `steps`, and an agent on both with `config`.
+async fn shop_and_agent(steps: Vec<Step>, config: AgentConfig) -> (Shop, ScriptedLlm, Agent) {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(steps).await;
+    let agent = shop.agent(&llm, config);
+    (shop, llm, agent)
+}
+
+/// Reads the skill run's events up to its first pending confirmation: the
+/// events so far (that one included) and the confirmation.
+async fn until_confirmation(
+    run: &mut RunHandle<SkillOutput>,
+) -> (Vec<AgentEvent>, PendingConfirmation) {
+    let mut events = Vec::new();
+    loop {
+        let event = run.events.recv().await.expect("a pending confirmation");
+        events.push(event.clone());
+        if let AgentEvent::ConfirmationPending(pending) = event {
+            return (events, pending);
+        }
+    }
+}
+
 fn refund_call() -> Step {
     Step::tool_call(
         "processRefund",
@@ -54,13 +77,16 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
 
 #[tokio::test]
 async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_the_skill() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        refund_call(),
-        Step::text("Your refund RF20260629001 for the S10 Pro is on its way (1-3 business days)."),
-    ])
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
+            refund_call(),
+            Step::text(
+                "Your refund RF20260629001 for the S10 Pro is on its way (1-3 business days).",
+            ),
+        ],
+        config(),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
     let processing = Caller::Skill(skill("processRefund"));
     let mut run = agent.ask(REFUND_REQUEST).unwrap();
     let mut events = Vec::new();
@@ -143,8 +169,8 @@ async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_t
 
 #[tokio::test]
 async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
         refund_call(),
         Step::tool_call("queryOrder", json!({"orderId": "88231"}))
             .streamed(true)
@@ -161,22 +187,16 @@ async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
         .streamed(true)
         .fragments(5),
         Step::text("Your refund RF20260629001 is on its way."),
-    ])
-    .await;
-    // Forced down the LLM-driven path; this test approves writes by configuration.
-    let agent = shop.agent(
-        &llm,
+        ],
+        // Forced down the LLM-driven path; this test approves writes by configuration.
         AgentConfig {
             use_steps: false,
             confirmation: ConfirmationPolicy::default().auto_approve("applyRefund"),
             ..config()
         },
-    );
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
+    )
+    .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Leave).await;
     let output = finished.result.unwrap();
 
     // LLM calls per refund: 2 with steps (above), 5 without.
@@ -232,15 +252,16 @@ async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
 
 #[tokio::test]
 async fn order_inquiry_runs_its_steps_without_confirmation() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
-        Step::text(
-            "Order 88231 (S10 Pro) was delivered: SF1234567890, signed for by the recipient.",
-        ),
-    ])
+    let (_shop, llm, agent) = shop_and_agent(
+        vec![
+            Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
+            Step::text(
+                "Order 88231 (S10 Pro) was delivered: SF1234567890, signed for by the recipient.",
+            ),
+        ],
+        config(),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
     let finished = agent
         .ask("where is my order 88231?")
         .unwrap()
@@ -256,30 +277,26 @@ async fn order_inquiry_runs_its_steps_without_confirmation() {
     );
     let result = tool_result(llm.requests()[1].messages(), "call_1_0");
     assert!(result.contains("SF1234567890"), "{result}");
-    let finished_skill = finished.events.iter().find_map(|event| match event {
-        AgentEvent::SkillFinished { outcome, .. } => Some(outcome.clone()),
-        _ => None,
-    });
-    assert!(matches!(finished_skill, Some(CallOutcome::Done { .. })));
+    assert!(matches!(
+        skill_outcomes(&finished.events).first(),
+        Some(CallOutcome::Done { .. })
+    ));
 }
 
 #[tokio::test]
 async fn an_absorbed_tool_is_refused_and_never_executed() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call(
-            "applyRefund",
-            json!({"orderId": "88231", "reason": "broken"}),
-        ),
-        Step::text("Let me use the refund procedure."),
-    ])
+    let (shop, _llm, agent) = shop_and_agent(
+        vec![
+            Step::tool_call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            ),
+            Step::text("Let me use the refund procedure."),
+        ],
+        config(),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Approve)
-        .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Approve).await;
     finished.result.unwrap();
     let calls = calls_of(&finished.events, &Caller::Main);
     assert_eq!(calls.len(), 1);
@@ -291,30 +308,24 @@ async fn an_absorbed_tool_is_refused_and_never_executed() {
 
 #[tokio::test]
 async fn a_sub_agent_call_outside_the_skill_scope_is_refused() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
-        // The sub-agent reaches for a write it does not declare.
-        Step::tool_call(
-            "applyRefund",
-            json!({"orderId": "88231", "reason": "broken"}),
-        ),
-        Step::text("Order 88231 is delivered; I cannot refund it from here."),
-        Step::text("Order 88231 was delivered."),
-    ])
-    .await;
-    let agent = shop.agent(
-        &llm,
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
+            Step::tool_call("inquireOrderStatus", json!({"orderId": "88231"})),
+            // The sub-agent reaches for a write it does not declare.
+            Step::tool_call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            ),
+            Step::text("Order 88231 is delivered; I cannot refund it from here."),
+            Step::text("Order 88231 was delivered."),
+        ],
         AgentConfig {
             use_steps: false,
             ..config()
         },
-    );
-    let finished = agent
-        .ask("where is 88231?")
-        .unwrap()
-        .finish_with(|_| Decision::Approve)
-        .await;
+    )
+    .await;
+    let finished = ask_deciding(&agent, "where is 88231?", Decision::Approve).await;
     finished.result.unwrap();
     let inquiring = Caller::Skill(skill("inquireOrderStatus"));
     assert_eq!(
@@ -339,18 +350,15 @@ async fn a_sub_agent_call_outside_the_skill_scope_is_refused() {
 
 #[tokio::test]
 async fn a_rejection_inside_the_skill_steps_is_reported_and_writes_nothing() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        refund_call(),
-        Step::text("The refund was not submitted, as you declined it."),
-    ])
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
+            refund_call(),
+            Step::text("The refund was not submitted, as you declined it."),
+        ],
+        config(),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Reject(None))
-        .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Reject(None)).await;
     finished.result.unwrap();
     assert_eq!(
         resolutions(&finished.events),
@@ -369,29 +377,27 @@ async fn a_rejection_inside_the_skill_steps_is_reported_and_writes_nothing() {
 
 #[tokio::test]
 async fn an_unanswered_confirmation_expires_as_a_rejection() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call(
-            "applyRefund",
-            json!({"orderId": "88231", "reason": "broken"}),
-        ),
-        Step::respond_with(|body| {
-            let content = body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
-            assert!(content.as_str().unwrap().contains("expired"), "{content}");
-            Step::text("The refund request timed out; nothing was done.")
-        }),
-    ])
-    .await;
     // applyRefund offered directly (no disclosure), with a short expiry.
     let mut config = config();
     config.disclosure.progressive_disclosure = false;
     config.confirmation.expiry = Duration::from_millis(200);
-    let agent = shop.agent(&llm, config);
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
+            Step::tool_call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            ),
+            Step::respond_with(|body| {
+                let content =
+                    body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+                assert!(content.as_str().unwrap().contains("expired"), "{content}");
+                Step::text("The refund request timed out; nothing was done.")
+            }),
+        ],
+        config,
+    )
+    .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Leave).await;
     finished.result.unwrap();
     let pending = confirmations(&finished.events);
     assert_eq!(pending.len(), 1);
@@ -415,23 +421,20 @@ async fn an_unanswered_confirmation_expires_as_a_rejection() {
 
 #[tokio::test]
 async fn malformed_and_unknown_calls_are_reported_back_to_the_model() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::raw_tool_call("queryOrder", r#"{"orderId": "88231""#),
-        Step::tool_calls([
-            ("queryOrder", json!({"orderId": 88231})),
-            ("deleteEverything", json!({})),
-        ]),
-        Step::tool_call("processRefund", json!({"orderId": "88231"})),
-        Step::text("Sorry, could you confirm the order number?"),
-    ])
+    let (_shop, llm, agent) = shop_and_agent(
+        vec![
+            Step::raw_tool_call("queryOrder", r#"{"orderId": "88231""#),
+            Step::tool_calls([
+                ("queryOrder", json!({"orderId": 88231})),
+                ("deleteEverything", json!({})),
+            ]),
+            Step::tool_call("processRefund", json!({"orderId": "88231"})),
+            Step::text("Sorry, could you confirm the order number?"),
+        ],
+        config(),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Approve)
-        .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Approve).await;
     assert_eq!(finished.result.unwrap().rounds, 4);
     let requests = llm.requests();
     let not_json = tool_result(requests[1].messages(), "call_1_0");
@@ -466,15 +469,10 @@ async fn malformed_and_unknown_calls_are_reported_back_to_the_model() {
 
 #[tokio::test]
 async fn identical_calls_are_refused_then_stop_the_run() {
-    let shop = shop().await;
     let query = || Step::tool_call("queryOrder", json!({"orderId": "88231"}));
-    let llm = ScriptedLlm::start(vec![query(), query(), query(), query()]).await;
-    let agent = shop.agent(&llm, config());
-    let finished = agent
-        .ask("status of 88231?")
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
+    let (_shop, llm, agent) =
+        shop_and_agent(vec![query(), query(), query(), query()], config()).await;
+    let finished = ask_deciding(&agent, "status of 88231?", Decision::Leave).await;
     let error = finished.result.unwrap_err();
     assert!(
         matches!(&error, skillhost::agent::AgentError::RepeatedCall { function, times: 4, .. } if function == "queryOrder"),
@@ -495,14 +493,10 @@ async fn identical_calls_are_refused_then_stop_the_run() {
 
 #[tokio::test]
 async fn an_llm_failure_ends_the_run_with_a_typed_error() {
-    let shop = shop().await;
-    let llm = ScriptedLlm::start(
-        (0..4)
-            .map(|_| Step::error(500, "upstream exploded"))
-            .collect(),
-    )
-    .await;
-    let agent = shop.agent(&llm, config());
+    let failures = (0..4)
+        .map(|_| Step::error(500, "upstream exploded"))
+        .collect();
+    let (_shop, llm, agent) = shop_and_agent(failures, config()).await;
     let error = agent
         .ask(REFUND_REQUEST)
         .unwrap()
@@ -522,7 +516,7 @@ async fn an_llm_failure_ends_the_run_with_a_typed_error() {
 #[tokio::test]
 async fn without_an_llm_only_deterministic_skills_run() {
     let shop = shop().await;
-    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
+    let agent = Agent::builder(shop.skills.clone())
         .config(AgentConfig {
             confirmation: ConfirmationPolicy::never(),
             ..config()
@@ -553,9 +547,7 @@ async fn without_an_llm_only_deterministic_skills_run() {
         use_steps: false,
         ..config()
     };
-    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
-        .config(llm_only)
-        .build();
+    let agent = Agent::builder(shop.skills.clone()).config(llm_only).build();
     let error = agent
         .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
         .unwrap()
@@ -582,19 +574,10 @@ async fn a_write_waiting_for_approval_holds_no_instance() {
         skill_file("inquireOrderStatus"),
     ];
     let shop = Shop::with_instances(article_003_tools, &files, 1).await;
-    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
-        .config(config())
-        .build();
+    let agent = Agent::builder(shop.skills.clone()).config(config()).build();
     let input = json!({"orderId": "88231", "reason": "broken"});
     let mut refund = agent.start_skill("processRefund", input).unwrap();
-    let mut events = Vec::new();
-    let pending = loop {
-        let event = refund.events.recv().await.expect("a pending confirmation");
-        events.push(event.clone());
-        if let AgentEvent::ConfirmationPending(pending) = event {
-            break pending;
-        }
-    };
+    let (mut events, pending) = until_confirmation(&mut refund).await;
     assert_eq!(pending.tool, "applyRefund");
     assert_eq!(shop.skills.runtime().instance_slots().in_use, 0);
     let inquiry = agent
@@ -637,18 +620,11 @@ async fn a_write_waiting_for_approval_holds_no_instance() {
 #[tokio::test]
 async fn steps_run_again_after_an_approval_read_the_same_wasi_random_bytes_and_time() {
     let shop = Shop::with_files(article_003_tools, &[fixture("wasi-replay")]).await;
-    let agent = skillhost::agent::Agent::builder(shop.skills.clone())
-        .config(config())
-        .build();
+    let agent = Agent::builder(shop.skills.clone()).config(config()).build();
     let mut run = agent
         .start_skill("wasiReplay", json!({"orderId": "88231"}))
         .unwrap();
-    let pending = loop {
-        match run.events.recv().await.expect("a pending confirmation") {
-            AgentEvent::ConfirmationPending(pending) => break pending,
-            _ => continue,
-        }
-    };
+    let (_, pending) = until_confirmation(&mut run).await;
     let approved_reason = pending.arguments["reason"].as_str().unwrap().to_owned();
     assert!(approved_reason.starts_with("request "), "{approved_reason}");
 
@@ -685,20 +661,9 @@ async fn a_skill_that_traps_fails_alone_and_the_run_goes_on() {
             ..config()
         },
     );
-    let finished = agent
-        .ask(REFUND_REQUEST)
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Leave).await;
     assert_eq!(finished.result.unwrap().rounds, 3);
-    let outcomes: Vec<CallOutcome> = finished
-        .events
-        .iter()
-        .filter_map(|event| match event {
-            AgentEvent::SkillFinished { outcome, .. } => Some(outcome.clone()),
-            _ => None,
-        })
-        .collect();
+    let outcomes = skill_outcomes(&finished.events);
     assert!(
         matches!(&outcomes[0], CallOutcome::Failed { error } if error.contains("panicker")),
         "{outcomes:?}"

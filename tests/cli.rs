@@ -57,16 +57,21 @@ impl Workdir {
         self.path("shop.db")
     }
 
-    /// `skillhost <args>` in this directory, with no LLM configured.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_skillhost"));
-        command
-            .args(args)
-            .current_dir(self.dir.path())
-            .stdin(Stdio::null());
+    /// `program` in this directory, with no stdin and none of the settings
+    /// in [`ENV`].
+    fn program(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.current_dir(self.dir.path()).stdin(Stdio::null());
         for name in ENV {
             command.env_remove(name);
         }
+        command
+    }
+
+    /// `skillhost <args>` in this directory, with no LLM configured.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = self.program(env!("CARGO_BIN_EXE_skillhost"));
+        command.args(args);
         command
     }
 
@@ -80,6 +85,18 @@ impl Workdir {
             .arg(repo_root().join("keys/trusted"))
             .arg("--db")
             .arg(self.db());
+        command
+    }
+
+    /// `skillhost test <args> --skills <dir> --trust keys/trusted`, with no
+    /// `--db`: the cases run on a scratch shop.
+    fn test_command(&self, args: &[&str], skills: &Path) -> Command {
+        let mut command = self.command(&[&["test"], args].concat());
+        command
+            .arg("--skills")
+            .arg(skills)
+            .arg("--trust")
+            .arg(repo_root().join("keys/trusted"));
         command
     }
 
@@ -145,6 +162,28 @@ fn refund_call() -> Step {
     )
 }
 
+/// `skillhost ask <REFUND_REQUEST> <args>` on the bundled skills, with a
+/// model that calls processRefund and then answers `answer`; the command
+/// must succeed. Returns the model (to read its requests), stdout, stderr.
+async fn ask_for_the_refund(
+    work: &Workdir,
+    args: &[&str],
+    answer: &str,
+) -> (ScriptedLlm, String, String) {
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text(answer)]).await;
+    let mut command = work.host_command(&[&["ask", REFUND_REQUEST], args].concat(), &bundled());
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+    (llm, stdout, stderr)
+}
+
+/// Checks that stderr tells how to configure the missing LLM.
+fn assert_says_how_to_configure_an_llm(stderr: &str) {
+    for name in ["SKILLHOST_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"] {
+        assert!(stderr.contains(name), "{name} not mentioned: {stderr}");
+    }
+    assert!(stderr.contains("no LLM configured"), "{stderr}");
+}
+
 /// The content of the tool message of the second main request: what the
 /// skill told the main agent.
 fn skill_result(llm: &ScriptedLlm) -> Value {
@@ -161,13 +200,12 @@ fn skill_result(llm: &ScriptedLlm) -> Value {
 #[tokio::test]
 async fn ask_with_yes_prints_rounds_inner_calls_and_the_answer_and_writes_the_refund() {
     let work = Workdir::new();
-    let llm = ScriptedLlm::start(vec![
-        refund_call(),
-        Step::text("Your refund for the S10 Pro is on its way."),
-    ])
+    let (llm, stdout, stderr) = ask_for_the_refund(
+        &work,
+        &["--yes"],
+        "Your refund for the S10 Pro is on its way.",
+    )
     .await;
-    let mut command = work.host_command(&["ask", REFUND_REQUEST, "--yes"], &bundled());
-    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
 
     assert_eq!(stdout.trim(), "Your refund for the S10 Pro is on its way.");
     // Each main round with the functions offered (count and names).
@@ -221,13 +259,8 @@ async fn ask_with_yes_prints_rounds_inner_calls_and_the_answer_and_writes_the_re
 #[tokio::test]
 async fn ask_with_no_tells_the_model_and_writes_no_refund() {
     let work = Workdir::new();
-    let llm = ScriptedLlm::start(vec![
-        refund_call(),
-        Step::text("Understood: no refund was submitted."),
-    ])
-    .await;
-    let mut command = work.host_command(&["ask", REFUND_REQUEST, "--no"], &bundled());
-    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+    let (llm, stdout, stderr) =
+        ask_for_the_refund(&work, &["--no"], "Understood: no refund was submitted.").await;
 
     assert_eq!(stdout.trim(), "Understood: no refund was submitted.");
     assert!(stderr.contains("rejected (--no)"), "{stderr}");
@@ -265,19 +298,17 @@ async fn ask_asks_on_the_terminal_until_it_gets_y_or_n() {
 #[tokio::test]
 async fn ask_with_json_prints_every_event_as_a_json_line() {
     let work = Workdir::new();
-    let llm = ScriptedLlm::start(vec![refund_call(), Step::text("Done.")]).await;
-    let mut command = work.host_command(
+    let (_llm, stdout, _) = ask_for_the_refund(
+        &work,
         &[
-            "ask",
-            REFUND_REQUEST,
             "--yes",
             "--json",
             "--keep-public",
             "queryOrder,searchKnowledge,getCurrentTime",
         ],
-        &bundled(),
-    );
-    let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+        "Done.",
+    )
+    .await;
 
     let events: Vec<Value> = stdout
         .lines()
@@ -324,10 +355,7 @@ async fn ask_without_an_llm_says_how_to_configure_one() {
     let work = Workdir::new();
     let out = output(&mut work.host_command(&["ask", "hello"], &bundled())).await;
     let (_, stderr) = expect_code(&out, 1);
-    for name in ["SKILLHOST_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"] {
-        assert!(stderr.contains(name), "{name} not mentioned: {stderr}");
-    }
-    assert!(stderr.contains("no LLM configured"), "{stderr}");
+    assert_says_how_to_configure_an_llm(&stderr);
 }
 
 /// `skillhost test` on the bundled skills, with no LLM: the deterministic
@@ -335,11 +363,7 @@ async fn ask_without_an_llm_says_how_to_configure_one() {
 #[tokio::test]
 async fn test_passes_deterministic_skills_and_skips_llm_skills_without_an_llm() {
     let work = Workdir::new();
-    let mut command = work.command(&["test", "--skills"]);
-    command
-        .arg(bundled())
-        .arg("--trust")
-        .arg(repo_root().join("keys/trusted"));
+    let mut command = work.test_command(&[], &bundled());
     let (stdout, _) = expect_code(&output(&mut command).await, 0);
 
     assert!(
@@ -379,9 +403,7 @@ async fn test_passes_deterministic_skills_and_skips_llm_skills_without_an_llm() 
 #[tokio::test]
 async fn test_named_skills_only_and_unknown_names_are_errors() {
     let work = Workdir::new();
-    let trust = repo_root().join("keys/trusted");
-    let mut command = work.command(&["test", "processRefund", "--json", "--skills"]);
-    command.arg(bundled()).arg("--trust").arg(&trust);
+    let mut command = work.test_command(&["processRefund", "--json"], &bundled());
     let (stdout, _) = expect_code(&output(&mut command).await, 0);
     let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["passed"], 1);
@@ -398,8 +420,7 @@ async fn test_named_skills_only_and_unknown_names_are_errors() {
             .contains("\"refunded\":true")
     );
 
-    let mut command = work.command(&["test", "noSuchSkill", "--skills"]);
-    command.arg(bundled()).arg("--trust").arg(&trust);
+    let mut command = work.test_command(&["noSuchSkill"], &bundled());
     let (_, stderr) = expect_code(&output(&mut command).await, 1);
     assert!(
         stderr.contains("no skill named `noSuchSkill` is loaded"),
@@ -449,20 +470,18 @@ async fn test_reports_which_expectation_failed_and_exits_non_zero() {
     expect_code(&output(&mut sign).await, 0);
 
     let status = "Order 88231 (Bit S10 Pro robot vacuum) has been delivered.";
-    let llm = ScriptedLlm::start(vec![
-        // Case 1: queries the order, answers without refunding.
-        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
-        Step::text(status),
-        // Case 2: the same, which is what that case expects.
-        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
-        Step::text(status),
-    ])
-    .await;
-    let mut command = work.command(&["test", "--json", "--skills"]);
-    command
-        .arg(&skills)
-        .arg("--trust")
-        .arg(repo_root().join("keys/trusted"));
+    let both_cases = || {
+        vec![
+            // Case 1: queries the order, answers without refunding.
+            Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+            Step::text(status),
+            // Case 2: the same, which is what that case expects.
+            Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+            Step::text(status),
+        ]
+    };
+    let llm = ScriptedLlm::start(both_cases()).await;
+    let mut command = work.test_command(&["--json"], &skills);
     let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 1);
 
     let report: Value = serde_json::from_str(&stdout).unwrap();
@@ -494,18 +513,8 @@ async fn test_reports_which_expectation_failed_and_exits_non_zero() {
     assert_eq!(requests[0].tool_names(), ["queryOrder", "queryLogistics"]);
 
     // The same failure, readable.
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
-        Step::text(status),
-        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
-        Step::text(status),
-    ])
-    .await;
-    let mut command = work.command(&["test", "--skills"]);
-    command
-        .arg(&skills)
-        .arg("--trust")
-        .arg(repo_root().join("keys/trusted"));
+    let llm = ScriptedLlm::start(both_cases()).await;
+    let mut command = work.test_command(&[], &skills);
     let (stdout, _) = expect_code(&output(with_llm(&mut command, &llm)).await, 1);
     assert!(
         stdout.contains("FAIL orderLookup › expects a refund it never makes (LLM)"),
@@ -747,10 +756,7 @@ async fn chat_ends_on_exit_and_without_an_llm_says_how_to_configure_one() {
 
     let output = output_with_stdin(&mut work.host_command(&["chat"], &bundled()), "hi\n").await;
     let (_, stderr) = expect_code(&output, 1);
-    for name in ["SKILLHOST_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"] {
-        assert!(stderr.contains(name), "{name} not mentioned: {stderr}");
-    }
-    assert!(stderr.contains("no LLM configured"), "{stderr}");
+    assert_says_how_to_configure_an_llm(&stderr);
 }
 
 /// The demo key that signed the bundled skills.
@@ -1020,20 +1026,14 @@ async fn skills_on_a_terminal_shows_loading_progress_and_clears_it() {
         work.db().display()
     );
     // util-linux `script` runs the command on a pseudo-terminal.
-    let mut command = Command::new("script");
-    command
-        .args([
-            "--quiet",
-            "--return",
-            "--command",
-            &command_line,
-            "/dev/null",
-        ])
-        .current_dir(work.dir.path())
-        .stdin(Stdio::null());
-    for name in ENV {
-        command.env_remove(name);
-    }
+    let mut command = work.program("script");
+    command.args([
+        "--quiet",
+        "--return",
+        "--command",
+        &command_line,
+        "/dev/null",
+    ]);
     let (screen, _) = expect_code(&output(&mut command).await, 0);
     let progress = screen.find("loading skills: ").expect("a progress line");
     assert!(screen[progress..].contains("/7"), "{screen:?}");

@@ -117,6 +117,24 @@ impl Served {
         }
     }
 
+    /// The default setup with `llm` as the model.
+    async fn with_llm(llm: &ScriptedLlm) -> Self {
+        Self::start(Setup {
+            llm: Some(llm),
+            ..Setup::default()
+        })
+        .await
+    }
+
+    /// The default setup under `config`.
+    async fn with_config(config: GatewayConfig) -> Self {
+        Self::start(Setup {
+            config,
+            ..Setup::default()
+        })
+        .await
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -135,6 +153,26 @@ impl Served {
                 .expect("POST"),
         )
         .await
+    }
+
+    /// Invokes the skill `name` with `input`.
+    async fn invoke(&self, name: &str, input: Value) -> (StatusCode, Value) {
+        self.post(&format!("/v1/skills/{name}/invoke"), input).await
+    }
+
+    /// A chat completion of one user message.
+    async fn chat(&self, content: &str) -> (StatusCode, Value) {
+        self.post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": content}]}),
+        )
+        .await
+    }
+
+    /// Approves `confirmation` at the path it gives for its answer.
+    async fn approve(&self, confirmation: &Value) -> (StatusCode, Value) {
+        let path = confirmation["answer"]["path"].as_str().unwrap();
+        self.post(path, json!({"decision": "approve"})).await
     }
 
     /// Shuts the server down gracefully and waits for it.
@@ -162,6 +200,30 @@ fn error_of(body: &Value, code: &str) -> Value {
     assert!(error["type"].is_string(), "{body:#}");
     assert!(error.get("param").is_some(), "{body:#}");
     error.clone()
+}
+
+/// Asserts that the response's content type starts with `expected`.
+fn assert_content_type(response: &reqwest::Response, expected: &str) {
+    let content_type = response.headers()["content-type"].to_str().unwrap();
+    assert!(content_type.starts_with(expected), "{content_type}");
+}
+
+/// The chunks of a streamed chat completion, checked to end with `[DONE]`.
+async fn completion_chunks(response: reqwest::Response) -> Vec<Value> {
+    let data = sse_data(&response.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    data[..data.len() - 1]
+        .iter()
+        .map(|chunk| serde_json::from_str(chunk).unwrap())
+        .collect()
+}
+
+/// The assistant's text, joined from the deltas of streamed chunks.
+fn streamed_content(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect()
 }
 
 /// The `data:` payloads of an SSE body, in order.
@@ -214,11 +276,7 @@ fn pending_confirmation(completion: &Value) -> Value {
 #[tokio::test]
 async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
     let llm = ScriptedLlm::start(vec![refund_call(), Step::text(REFUND_ANSWER)]).await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        ..Setup::default()
-    })
-    .await;
+    let served = Served::with_llm(&llm).await;
     let (status, pending) = served
         .post(
             "/v1/chat/completions",
@@ -244,12 +302,7 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
         ]
     );
 
-    let (status, done) = served
-        .post(
-            confirmation["answer"]["path"].as_str().unwrap(),
-            json!({"decision": "approve"}),
-        )
-        .await;
+    let (status, done) = served.approve(&confirmation).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(done["id"], pending["id"], "one run, one completion id");
     assert_eq!(done["choices"][0]["message"]["content"], REFUND_ANSWER);
@@ -272,12 +325,7 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
     );
 
     // Answering again: the confirmation is gone.
-    let (status, again) = served
-        .post(
-            confirmation["answer"]["path"].as_str().unwrap(),
-            json!({"decision": "approve"}),
-        )
-        .await;
+    let (status, again) = served.approve(&confirmation).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     error_of(&again, "confirmation_not_found");
 }
@@ -289,11 +337,7 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
         Step::text("Understood, I did not refund order 88231.").fragments(4),
     ])
     .await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        ..Setup::default()
-    })
-    .await;
+    let served = Served::with_llm(&llm).await;
     let response = served
         .http
         .post(served.url("/v1/chat/completions"))
@@ -306,18 +350,8 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
-    let data = sse_data(&response.text().await.unwrap());
-    assert_eq!(data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|chunk| serde_json::from_str(chunk).unwrap())
-        .collect();
+    assert_content_type(&response, "text/event-stream");
+    let chunks = completion_chunks(response).await;
     assert!(
         chunks
             .iter()
@@ -336,10 +370,7 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
         .as_str()
         .unwrap()
         .to_owned();
-    let content: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let content = streamed_content(&chunks);
     assert!(
         content.contains("applyRefund") && content.contains(&id),
         "{content}"
@@ -353,16 +384,8 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
-    let data = sse_data(&response.text().await.unwrap());
-    assert_eq!(data.last().unwrap(), "[DONE]");
-    let chunks: Vec<Value> = data[..data.len() - 1]
-        .iter()
-        .map(|chunk| serde_json::from_str(chunk).unwrap())
-        .collect();
-    let content: String = chunks
-        .iter()
-        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-        .collect();
+    let chunks = completion_chunks(response).await;
+    let content = streamed_content(&chunks);
     assert_eq!(content, "Understood, I did not refund order 88231.");
     // Streamed in pieces as the model produced them.
     assert!(chunks.len() >= 4, "{chunks:#?}");
@@ -483,10 +506,7 @@ async fn wait_for(served: &Served, path: &str, ready: impl Fn(&Value) -> bool) -
 async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
     let served = Served::start(Setup::default()).await;
     let (status, order) = served
-        .post(
-            "/v1/skills/inquireOrderStatus/invoke",
-            json!({"orderId": "88231"}),
-        )
+        .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
         .await;
     assert_eq!(status, StatusCode::OK, "{order:#}");
     assert_eq!(order["status"], "done");
@@ -497,8 +517,8 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
     );
 
     let (status, pending) = served
-        .post(
-            "/v1/skills/processRefund/invoke",
+        .invoke(
+            "processRefund",
             json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
         )
         .await;
@@ -510,8 +530,7 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
     let (_, waiting) = served.get("/v1/confirmations").await;
     assert_eq!(waiting["data"][0]["id"], pending["confirmation"]["id"]);
 
-    let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
-    let (status, done) = served.post(path, json!({"decision": "approve"})).await;
+    let (status, done) = served.approve(&pending["confirmation"]).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(done["status"], "done");
     assert_eq!(done["run"], pending["run"]);
@@ -523,10 +542,7 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
 async fn invoke_with_bad_input_is_a_400_naming_the_field_and_unknown_skills_are_404() {
     let served = Served::start(Setup::default()).await;
     let (status, body) = served
-        .post(
-            "/v1/skills/processRefund/invoke",
-            json!({"orderId": 88231, "reason": "x"}),
-        )
+        .invoke("processRefund", json!({"orderId": 88231, "reason": "x"}))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     let error = error_of(&body, "invalid_input");
@@ -534,9 +550,7 @@ async fn invoke_with_bad_input_is_a_400_naming_the_field_and_unknown_skills_are_
     assert_eq!(error["type"], "invalid_request_error");
     assert!(error["message"].as_str().unwrap().contains("orderId"));
 
-    let (status, body) = served
-        .post("/v1/skills/processRefund/invoke", json!({}))
-        .await;
+    let (status, body) = served.invoke("processRefund", json!({})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         error_of(&body, "invalid_input")["message"]
@@ -547,7 +561,7 @@ async fn invoke_with_bad_input_is_a_400_naming_the_field_and_unknown_skills_are_
 
     for (status, body) in [
         served.get("/v1/skills/nope").await,
-        served.post("/v1/skills/nope/invoke", json!({})).await,
+        served.invoke("nope", json!({})).await,
     ] {
         assert_eq!(status, StatusCode::NOT_FOUND);
         let error = error_of(&body, "skill_not_found");
@@ -620,12 +634,7 @@ async fn malformed_requests_get_openai_style_4xx_bodies() {
 #[tokio::test]
 async fn chat_without_a_model_is_a_503_saying_how_to_configure_one() {
     let served = Served::start(Setup::default()).await;
-    let (status, body) = served
-        .post(
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "hi"}]}),
-        )
-        .await;
+    let (status, body) = served.chat("hi").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let error = error_of(&body, "llm_not_configured");
     assert_eq!(error["type"], "service_unavailable_error");
@@ -643,23 +652,17 @@ async fn chat_without_a_model_is_a_503_saying_how_to_configure_one() {
     let (_, models) = served.get("/v1/models").await;
     assert_eq!(models["data"], json!([]));
     let (status, _) = served
-        .post(
-            "/v1/skills/inquireOrderStatus/invoke",
-            json!({"orderId": "99001"}),
-        )
+        .invoke("inquireOrderStatus", json!({"orderId": "99001"}))
         .await;
     assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]
 async fn api_and_admin_keys_guard_their_routes() {
-    let served = Served::start(Setup {
-        config: GatewayConfig {
-            api_keys: vec!["api-key-1".into(), "api-key-2".into()],
-            admin_key: Some("admin-key".into()),
-            ..GatewayConfig::default()
-        },
-        ..Setup::default()
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec!["api-key-1".into(), "api-key-2".into()],
+        admin_key: Some("admin-key".into()),
+        ..GatewayConfig::default()
     })
     .await;
     let get = |path: &str, key: Option<&str>| {
@@ -718,12 +721,9 @@ async fn api_and_admin_keys_guard_their_routes() {
     assert!(served.db.refunds_for("88231").unwrap().is_empty());
 
     // API keys without an admin key: admin routes are closed, not open.
-    let served = Served::start(Setup {
-        config: GatewayConfig {
-            api_keys: vec!["api-key-1".into()],
-            ..GatewayConfig::default()
-        },
-        ..Setup::default()
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec!["api-key-1".into()],
+        ..GatewayConfig::default()
     })
     .await;
     let response = served
@@ -739,24 +739,18 @@ async fn api_and_admin_keys_guard_their_routes() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_are_a_413() {
-    let served = Served::start(Setup {
-        config: GatewayConfig {
-            body_limit: 1024,
-            ..GatewayConfig::default()
-        },
-        ..Setup::default()
+    let served = Served::with_config(GatewayConfig {
+        body_limit: 1024,
+        ..GatewayConfig::default()
     })
     .await;
     let big = json!({"orderId": "88231", "reason": "x".repeat(4096)});
-    let (status, body) = served.post("/v1/skills/processRefund/invoke", big).await;
+    let (status, body) = served.invoke("processRefund", big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     error_of(&body, "body_too_large");
     // Under the limit is fine.
     let (status, _) = served
-        .post(
-            "/v1/skills/inquireOrderStatus/invoke",
-            json!({"orderId": "88231"}),
-        )
+        .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
         .await;
     assert_eq!(status, StatusCode::OK);
 }
@@ -774,11 +768,7 @@ fn metric(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_move_after_traffic() {
     let llm = ScriptedLlm::start(vec![Step::text("Hello!").usage(7, 3)]).await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        ..Setup::default()
-    })
-    .await;
+    let served = Served::with_llm(&llm).await;
     let scrape = || async {
         let response = served
             .http
@@ -787,12 +777,7 @@ async fn metrics_move_after_traffic() {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
-        assert!(
-            response.headers()["content-type"]
-                .to_str()
-                .unwrap()
-                .starts_with("application/openmetrics-text")
-        );
+        assert_content_type(&response, "application/openmetrics-text");
         response.text().await.unwrap()
     };
     let before = scrape().await;
@@ -805,18 +790,10 @@ async fn metrics_move_after_traffic() {
     assert_eq!(metric(&before, "skillhost_instances_waiting"), 0.0);
 
     served
-        .post(
-            "/v1/skills/inquireOrderStatus/invoke",
-            json!({"orderId": "88231"}),
-        )
+        .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
         .await;
-    served.post("/v1/skills/nope/invoke", json!({})).await;
-    served
-        .post(
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "hi"}]}),
-        )
-        .await;
+    served.invoke("nope", json!({})).await;
+    served.chat("hi").await;
 
     let after = scrape().await;
     assert_eq!(metric(&after, invocations), 1.0);
@@ -880,16 +857,11 @@ async fn skill_failures_are_a_422_and_slow_requests_a_504() {
         skill["name"] == "panicker"
     })
     .await;
-    let (status, body) = served.post("/v1/skills/panicker/invoke", json!({})).await;
+    let (status, body) = served.invoke("panicker", json!({})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body:#}");
     assert_eq!(error_of(&body, "skill_failed")["type"], "skill_error");
 
-    let (status, body) = served
-        .post(
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "hi"}]}),
-        )
-        .await;
+    let (status, body) = served.chat("hi").await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
     error_of(&body, "request_timeout");
 }
@@ -900,11 +872,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
         Step::text("finished").delay(Duration::from_millis(500)),
     ])
     .await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        ..Setup::default()
-    })
-    .await;
+    let served = Served::with_llm(&llm).await;
     let request = served
         .http
         .post(served.url("/v1/chat/completions"))
@@ -1029,12 +997,7 @@ async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
         ..Setup::default()
     })
     .await;
-    let (status, pending) = served
-        .post(
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "open a ticket for u1001"}]}),
-        )
-        .await;
+    let (status, pending) = served.chat("open a ticket for u1001").await;
     assert_eq!(status, StatusCode::OK, "{pending:#}");
     // The read ran at once, with the secret header; its answer reached the model.
     let lookup = llm.requests()[1].messages().last().unwrap()["content"].clone();
@@ -1042,8 +1005,7 @@ async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
     // The write waits for approval like any write tool.
     let confirmation = &pending["skillhost"]["confirmation"];
     assert_eq!(confirmation["tool"], "createTicket");
-    let path = confirmation["answer"]["path"].as_str().unwrap();
-    let (status, done) = served.post(path, json!({"decision": "approve"})).await;
+    let (status, done) = served.approve(confirmation).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(
         done["choices"][0]["message"]["content"],

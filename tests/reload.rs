@@ -120,6 +120,26 @@ impl Watched {
             .unwrap_or_else(|_| panic!("no event for {} in {PATIENCE:?}", path.display()))
     }
 
+    /// Waits for the event about `path` and checks that it replaced
+    /// `versioned` 1.0.0 by 2.0.0, which calls now answer with.
+    async fn expect_upgrade_to_v2(&mut self, path: &Path) {
+        let event = self.event_for(path).await;
+        assert_eq!(event.outcome, ReloadOutcome::Loaded);
+        assert_eq!(event.old, version_of(&v1(), "1.0.0"));
+        assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+        assert_eq!(self.answer().await.as_deref(), Some("2.0.0"));
+    }
+
+    /// Writes the first half of `bytes` to `path` in place, as a writer that
+    /// stopped halfway would (`cp` writes in place), and returns the event,
+    /// checked to refuse the truncated file.
+    async fn write_half(&mut self, path: &Path, bytes: &[u8]) -> ReloadEvent {
+        std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
+        let event = self.event_for(path).await;
+        assert_rejected(&event, FailureKind::Signature, "truncated");
+        event
+    }
+
     /// The version `versioned` answers with now, if it is loaded.
     async fn answer(&self) -> Option<String> {
         let skill = self.registry.get("versioned")?;
@@ -186,11 +206,7 @@ async fn a_rename_over_replaces_the_version_and_running_calls_keep_theirs() {
     // Taken before the swap: an invocation that has started.
     let before = watched.registry.get("versioned").unwrap();
     watched.rename_over("versioned.wasm", &v2());
-    let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Loaded);
-    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
-    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
-    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    watched.expect_upgrade_to_v2(&path).await;
     assert_eq!(run_version(&before, &watched.host.tools).await, "1.0.0");
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
@@ -261,10 +277,7 @@ async fn a_truncated_write_keeps_the_old_version_until_the_write_completes() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
     let path = watched.path("versioned.wasm");
     let new = v2();
-    // A writer that stopped halfway (in place, as `cp` writes).
-    std::fs::write(&path, &new[..new.len() / 2]).unwrap();
-    let event = watched.event_for(&path).await;
-    assert_rejected(&event, FailureKind::Signature, "truncated");
+    let event = watched.write_half(&path, &new).await;
     assert_eq!(event.old, version_of(&v1(), "1.0.0"));
     assert_eq!(event.new, event.old, "the old version keeps serving");
     assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
@@ -276,11 +289,7 @@ async fn a_truncated_write_keeps_the_old_version_until_the_write_completes() {
 
     // The write completes.
     std::fs::write(&path, &new).unwrap();
-    let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Loaded);
-    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
-    assert_eq!(event.new, version_of(&new, "2.0.0"));
-    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    watched.expect_upgrade_to_v2(&path).await;
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
 
@@ -289,9 +298,7 @@ async fn restoring_the_loaded_content_clears_the_failure() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
     let path = watched.path("versioned.wasm");
     let old = v1();
-    std::fs::write(&path, &old[..old.len() / 2]).unwrap();
-    let event = watched.event_for(&path).await;
-    assert_rejected(&event, FailureKind::Signature, "truncated");
+    watched.write_half(&path, &old).await;
     std::fs::write(&path, &old).unwrap();
     let event = watched.event_for(&path).await;
     assert_eq!(event.outcome, ReloadOutcome::Unchanged);
@@ -628,11 +635,7 @@ async fn a_configmap_swap_replaces_the_version_without_a_restart() {
     // Taken before the swap: an invocation that has started.
     let before = watched.registry.get("versioned").unwrap();
     volume.update(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
-    let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Loaded);
-    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
-    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
-    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    watched.expect_upgrade_to_v2(&path).await;
     assert_eq!(run_version(&before, &watched.host.tools).await, "1.0.0");
     // The unchanged file was read and hashed, not compiled again.
     let seen = watched.settle().await;
@@ -716,11 +719,7 @@ async fn a_configmap_swap_to_a_bad_component_keeps_the_old_version_serving() {
     assert_eq!(watched.compiles(), 2);
     // A good update afterwards loads and clears the failure.
     volume.update(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
-    let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Loaded);
-    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
-    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
-    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    watched.expect_upgrade_to_v2(&path).await;
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
 
@@ -791,11 +790,7 @@ async fn a_link_swapped_on_the_directory_path_is_followed() {
 
     checkout.publish(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
     let path = watched.path("versioned.wasm");
-    let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Loaded);
-    assert_eq!(event.old, version_of(&v1(), "1.0.0"));
-    assert_eq!(event.new, version_of(&v2(), "2.0.0"));
-    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    watched.expect_upgrade_to_v2(&path).await;
 
     // The new worktree is the one watched now: a plain deployment into it
     // (the old one is gone, and with it any watch left on it) is seen.
