@@ -467,6 +467,36 @@ struct Gate {
     arrived: AtomicUsize,
 }
 
+impl Gate {
+    /// A gate, closed, in front of `host`'s tools.
+    fn closed(host: &Arc<DemoHost>) -> Arc<Self> {
+        Arc::new(Self {
+            host: host.clone(),
+            open: tokio::sync::Semaphore::new(0),
+            waiting: tokio::sync::Notify::new(),
+            arrived: AtomicUsize::new(0),
+        })
+    }
+
+    /// Returns once `calls` tool calls are held at the gate.
+    async fn holding(&self, calls: usize) {
+        while self.arrived.load(Ordering::SeqCst) < calls {
+            self.waiting.notified().await;
+        }
+    }
+}
+
+/// A demo host whose instance pool has two slots.
+fn two_slot_host() -> Arc<DemoHost> {
+    let mut host = DemoHost::new();
+    host.runtime = Runtime::new(RuntimeConfig {
+        max_concurrent_instances: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    Arc::new(host)
+}
+
 #[async_trait]
 impl ToolDispatch for Gate {
     async fn call_tool(
@@ -487,20 +517,9 @@ impl ToolDispatch for Gate {
 /// and a skill can still be loaded meanwhile.
 #[tokio::test]
 async fn invocations_beyond_the_pool_wait_for_a_slot() {
-    let mut host = DemoHost::new();
-    host.runtime = Runtime::new(RuntimeConfig {
-        max_concurrent_instances: 2,
-        ..Default::default()
-    })
-    .unwrap();
-    let host = Arc::new(host);
+    let host = two_slot_host();
     let skill = host.load(&skill_file("inquireOrderStatus")).await;
-    let gate = Arc::new(Gate {
-        host: host.clone(),
-        open: tokio::sync::Semaphore::new(0),
-        waiting: tokio::sync::Notify::new(),
-        arrived: AtomicUsize::new(0),
-    });
+    let gate = Gate::closed(&host);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..6 {
         let (skill, gate) = (skill.clone(), gate.clone());
@@ -508,9 +527,7 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
         tasks.spawn(async move { skill.run(&json!({ "orderId": "88231" }), dispatch).await });
     }
     // Both slots taken, each by an invocation parked in a tool call.
-    while gate.arrived.load(Ordering::SeqCst) < 2 {
-        gate.waiting.notified().await;
-    }
+    gate.holding(2).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         gate.arrived.load(Ordering::SeqCst),
@@ -563,6 +580,172 @@ async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
     let message = error.to_string();
     assert!(
         message.contains("more than the 1.0 MiB the sandbox allows"),
+        "{message}"
+    );
+}
+
+/// A skill written by hand in the component text format, whose `run`
+/// answers `{"ok":true}`, with `extra_memories` more core instances of a
+/// module that has a memory of its own: the shape of interpreted-language
+/// guests (componentize-py has dozens of core instances), which draw more of
+/// the pool's shared totals than one instance slot brings.
+fn skill_with_extra_memories(name: &str, extra_memories: usize) -> Vec<u8> {
+    /// The guest's memory from offset 1024: the strings the records point at.
+    struct Data(Vec<u8>);
+    impl Data {
+        /// Appends `text`; returns its pointer and length as the canonical
+        /// ABI lays out a string.
+        fn string(&mut self, text: &str) -> [u32; 2] {
+            let at = 1024 + self.0.len() as u32;
+            self.0.extend_from_slice(text.as_bytes());
+            [at, text.len() as u32]
+        }
+    }
+    fn words(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|word| word.to_le_bytes()).collect()
+    }
+    fn escaped(bytes: &[u8]) -> String {
+        bytes.iter().map(|byte| format!("\\{byte:02x}")).collect()
+    }
+    let mut strings = Data(Vec::new());
+    let [name_at, name_len] = strings.string(name);
+    let [version_at, version_len] = strings.string("0.1.0");
+    let [about_at, about_len] = strings.string("Answers ok from many core instances.");
+    let [schema_at, schema_len] = strings.string(r#"{"type":"object"}"#);
+    let instructions = strings.string("Say ok.");
+    let [answer_at, answer_len] = strings.string(r#"{"ok":true}"#);
+    // manifest (at 0): four strings, tools and unlocks (empty lists),
+    // has-steps, test-cases (empty list).
+    let manifest = words(&[
+        name_at,
+        name_len,
+        version_at,
+        version_len,
+        about_at,
+        about_len,
+        schema_at,
+        schema_len,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0,
+        0,
+    ]);
+    // result<run-outcome, string> (at 80): ok, done, the answer.
+    let run = words(&[0, 0, answer_at, answer_len]);
+    let extra = "(core instance (instantiate $extra))\n".repeat(extra_memories);
+    let wat = format!(
+        r#"(component
+          (import "skillhost:skill/types@0.1.0" (instance $types
+            (type $test-case (record (field "name" string) (field "input" string)
+              (field "expect-tools" (list string)) (field "expect-contains" (list string))))
+            (export "test-case" (type $test-case-export (eq $test-case)))
+            (type $manifest (record (field "name" string) (field "version" string)
+              (field "description" string) (field "parameters" string)
+              (field "tools" (list string)) (field "unlocks" (list string))
+              (field "has-steps" bool) (field "test-cases" (list $test-case-export))))
+            (export "manifest" (type (eq $manifest)))
+            (type $run-outcome (variant (case "done" string) (case "handover" string)))
+            (export "run-outcome" (type (eq $run-outcome)))))
+          (alias export $types "manifest" (type $manifest))
+          (alias export $types "run-outcome" (type $run-outcome))
+          (core module $extra (memory (export "memory") 1))
+          {extra}
+          (core module $main
+            (memory (export "memory") 1)
+            (global $next (mut i32) (i32.const 4096))
+            (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+              (local $at i32)
+              (local.set $at (i32.and (i32.add (global.get $next) (i32.const 7)) (i32.const -8)))
+              (global.set $next (i32.add (local.get $at) (local.get 3)))
+              (local.get $at))
+            (func (export "manifest") (result i32) (i32.const 0))
+            (func (export "instructions") (result i32) (i32.const 64))
+            (func (export "run") (param i32 i32) (result i32) (i32.const 80))
+            (data (i32.const 0) "{manifest}")
+            (data (i32.const 64) "{instructions}")
+            (data (i32.const 80) "{run}")
+            (data (i32.const 1024) "{strings}"))
+          (core instance $main (instantiate $main))
+          (alias core export $main "memory" (core memory $memory))
+          (alias core export $main "realloc" (core func $realloc))
+          (func (export "manifest") (result $manifest)
+            (canon lift (core func $main "manifest") (memory $memory)))
+          (func (export "instructions") (result string)
+            (canon lift (core func $main "instructions") (memory $memory)))
+          (func (export "run") (param "input" string) (result (result $run-outcome (error string)))
+            (canon lift (core func $main "run") (memory $memory) (realloc $realloc))))"#,
+        manifest = escaped(&manifest),
+        instructions = escaped(&words(&instructions)),
+        run = escaped(&run),
+        strings = escaped(&strings.0),
+    );
+    wat::parse_str(wat).expect("the component text parses")
+}
+
+/// A skill split over more core instances and memories than one slot brings
+/// to the pool: its invocation waits while others hold the pool's shared
+/// totals, then runs, instead of failing on the pool's limit.
+#[tokio::test]
+async fn an_invocation_needing_more_than_a_slot_brings_waits_for_room_in_the_pool() {
+    let host = two_slot_host();
+    // The pool holds 4 memories; this skill needs all of them.
+    let heavy = SkillComponent::load(
+        &host.runtime,
+        skill_with_extra_memories("manyMemories", 3),
+        &host.tools,
+    )
+    .await
+    .expect("a skill the pool can hold loads");
+    let heavy_run = heavy.run(&json!({}), host.tools.clone()).await.unwrap();
+    assert_eq!(heavy_run.outcome, RunOutcome::Done(json!({"ok": true})));
+
+    // A Rust skill parked in a tool call holds a memory meanwhile.
+    let light = host.load(&skill_file("inquireOrderStatus")).await;
+    let gate = Gate::closed(&host);
+    let parked = {
+        let dispatch: Arc<dyn ToolDispatch> = gate.clone();
+        tokio::spawn(async move { light.run(&json!({ "orderId": "88231" }), dispatch).await })
+    };
+    gate.holding(1).await;
+    let waiting = {
+        let (heavy, tools) = (heavy.clone(), host.tools.clone());
+        tokio::spawn(async move { heavy.run(&json!({}), tools).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!waiting.is_finished(), "it waits while the memory is held");
+    let slots = host.runtime.instance_slots();
+    assert_eq!((slots.in_use, slots.waiting), (2, 1));
+
+    gate.open.add_permits(1000);
+    parked
+        .await
+        .unwrap()
+        .expect("the parked invocation finishes");
+    let report = waiting.await.unwrap().expect("then the waiting one runs");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+    assert_eq!(host.runtime.instance_slots().waiting, 0);
+}
+
+/// A component needing more memories than the whole pool holds could never
+/// be instantiated: it is refused at load, naming what it needs, instead of
+/// waiting forever.
+#[tokio::test]
+async fn a_component_needing_more_than_the_whole_pool_is_refused_at_load() {
+    let host = two_slot_host();
+    let error = SkillComponent::load(
+        &host.runtime,
+        skill_with_extra_memories("tooManyMemories", 4),
+        &host.tools,
+    )
+    .await
+    .err()
+    .expect("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("5 Wasm linear memories") && message.contains("maximum of 4"),
         "{message}"
     );
 }

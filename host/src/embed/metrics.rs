@@ -135,7 +135,7 @@ impl Collector for InstanceSlotsCollector {
             ),
             (
                 "instances_waiting",
-                "Invocations and loads waiting for a free instance slot",
+                "Invocations and loads waiting for a free instance slot or room in the pool",
                 slots.waiting,
             ),
         ] {

@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tracing::{Instrument, Span, field};
-use wasmtime::Store;
 use wasmtime::component::Component;
+use wasmtime::{PoolConcurrencyLimitError, Store};
 
 use super::Runtime;
 use super::bindings::{Skill, SkillPre, skillhost::skill::types};
@@ -195,10 +195,15 @@ impl SkillComponent {
     /// benchmark measures as its floor. Not for serving.
     #[doc(hidden)]
     pub async fn instantiate_only(&self) -> Result<(), InvokeError> {
-        let limits = self.inner.runtime.config().limits;
-        let _slot = self.inner.runtime.instance_slot().await;
-        let mut store = self.store(Arc::new(ToolRegistry::new()), limits);
-        match self.inner.pre.instantiate_async(&mut store).await {
+        let runtime = &self.inner.runtime;
+        let limits = runtime.config().limits;
+        let _slot = runtime.instance_slot().await;
+        let (mut store, instance) =
+            instantiate_in_pool(runtime, &self.inner.pre, self.inner.imports_wasi, || {
+                self.store(Arc::new(ToolRegistry::new()), limits)
+            })
+            .await;
+        match instance {
             Ok(_) => Ok(()),
             Err(trap) => Err(store.data_mut().classify_trap(&trap)),
         }
@@ -227,15 +232,26 @@ impl SkillComponent {
             return Err(InvokeError::NoSteps { skill });
         }
         self.validate_input(input)?;
+        let runtime = &self.inner.runtime;
         // Declared before the store, so dropped after it.
-        let _slot = self.inner.runtime.instance_slot().await;
+        let _slot = runtime.instance_slot().await;
         let started = Instant::now();
-        let mut store = self.store(dispatch, limits);
-        let result = within_guest_time(&mut store, self.inner.imports_wasi, async |store| {
-            let instance = self.inner.pre.instantiate_async(&mut *store).await?;
-            instance.call_run(store, &json_text(input)).await
-        })
-        .await;
+        let input = json_text(input);
+        let imports_wasi = self.inner.imports_wasi;
+        let (mut store, instance) =
+            instantiate_in_pool(runtime, &self.inner.pre, imports_wasi, || {
+                self.store(dispatch.clone(), limits)
+            })
+            .await;
+        let result = match instance {
+            Ok(instance) => {
+                within_guest_time(&mut store, imports_wasi, async |store| {
+                    instance.call_run(store, &input).await
+                })
+                .await
+            }
+            Err(trap) => Err(trap),
+        };
         let state = store.data_mut();
         state.flush_captured_output();
         let outcome = match result {
@@ -347,6 +363,42 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
+/// Instantiates `pre` in a fresh store from `new_store` and returns that
+/// store with the instance. The pool's totals of core instances, memories
+/// and tables are shared by all instances (see
+/// [`RuntimeConfig::max_concurrent_instances`]): when other instances hold
+/// what this one needs, instantiation fails before the guest could reach
+/// outside its store. The store is then dropped and instantiation tried
+/// again on a new one when another instance has ended.
+///
+/// [`RuntimeConfig::max_concurrent_instances`]: super::RuntimeConfig::max_concurrent_instances
+async fn instantiate_in_pool(
+    runtime: &Runtime,
+    pre: &SkillPre<HostState>,
+    imports_wasi: bool,
+    mut new_store: impl FnMut() -> Store<HostState>,
+) -> (Store<HostState>, wasmtime::Result<Skill>) {
+    loop {
+        // Taken before the attempt, so that an instance ending during it
+        // is not missed.
+        let released = runtime.slot_released();
+        let mut store = new_store();
+        let instance = within_guest_time(&mut store, imports_wasi, async |store| {
+            pre.instantiate_async(store).await
+        })
+        .await;
+        match &instance {
+            Err(error)
+                if error.is::<PoolConcurrencyLimitError>() && store.data().called_no_tool() =>
+            {
+                drop(store);
+                runtime.wait_for_room(released).await;
+            }
+            _ => return (store, instance),
+        }
+    }
+}
+
 /// Runs `call` on `store`. For a guest that imports WASI (`imports_wasi`),
 /// which can wait inside a WASI call where no wasm runs for the epoch
 /// callback to stop it, the call races the execution-time limit on the
@@ -379,21 +431,28 @@ async fn describe(
 ) -> Result<(types::Manifest, String), LoadError> {
     let placeholder = SkillName::new("loading").expect("a valid name");
     let limits = runtime.config().limits;
-    let state = HostState::new(
-        placeholder,
-        Arc::from([]),
-        Arc::new(ToolRegistry::new()),
-        limits,
-    );
+    let new_store = || {
+        let state = HostState::new(
+            placeholder.clone(),
+            Arc::from([]),
+            Arc::new(ToolRegistry::new()),
+            limits,
+        );
+        sandboxed_store(runtime.engine(), state)
+    };
     let _slot = runtime.instance_slot().await;
-    let mut store = sandboxed_store(runtime.engine(), state);
-    let result = within_guest_time(&mut store, imports_wasi, async |store| {
-        let instance: Skill = pre.instantiate_async(&mut *store).await?;
-        let manifest = instance.call_manifest(&mut *store).await?;
-        let instructions = instance.call_instructions(store).await?;
-        Ok((manifest, instructions))
-    })
-    .await;
+    let (mut store, instance) = instantiate_in_pool(runtime, pre, imports_wasi, new_store).await;
+    let result = match instance {
+        Ok(instance) => {
+            within_guest_time(&mut store, imports_wasi, async |store| {
+                let manifest = instance.call_manifest(&mut *store).await?;
+                let instructions = instance.call_instructions(store).await?;
+                Ok((manifest, instructions))
+            })
+            .await
+        }
+        Err(trap) => Err(trap),
+    };
     store.data_mut().flush_captured_output();
     let (manifest, instructions) = result
         .map_err(|trap| LoadError::Describe(store.data_mut().classify_trap(&trap).to_string()))?;

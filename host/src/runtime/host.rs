@@ -179,6 +179,12 @@ impl HostState {
         std::mem::take(&mut self.tool_calls)
     }
 
+    /// Whether the guest has asked for no tool call yet: nothing it did
+    /// reached outside its store.
+    pub(super) fn called_no_tool(&self) -> bool {
+        self.tool_calls.is_empty() && self.suspended_at.is_none()
+    }
+
     /// Records that `limit` ended the invocation and returns the trap.
     fn hit(&mut self, limit: Limit, detail: String) -> wasmtime::Error {
         let error = wasmtime::format_err!("{limit} limit exceeded: {detail}");

@@ -18,7 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use wasmtime::component::Linker;
 use wasmtime::{
     Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
@@ -53,9 +54,12 @@ pub struct RuntimeConfig {
     /// invocation (or a load reading a manifest) that finds every slot in
     /// use — say, 128 invocations each waiting on a slow tool — waits for
     /// one, first come first served, instead of failing. (A call waiting
-    /// for a person's approval holds none: see [`DispatchError::Suspend`].) Each slot also
-    /// holds 4 core instances, 2 memories and 4 tables (Rust guests use one
-    /// or two of each); components needing more share the pool's totals.
+    /// for a person's approval holds none: see [`DispatchError::Suspend`].)
+    /// Each slot also brings 32 core instances, 2 memories and 4 tables to
+    /// the pool's totals, which all instances share: a Rust guest uses one or
+    /// two of each, a componentize-py guest dozens of core instances. An
+    /// invocation that finds the totals in use by others waits too; a
+    /// component that needs more than the totals is refused at load.
     pub max_concurrent_instances: u32,
     /// Directory of the compilation cache: wasmtime's own cache, keyed by the
     /// SHA-256 of the component's bytes together with the engine's settings
@@ -97,9 +101,13 @@ struct RuntimeInner {
     config: RuntimeConfig,
     /// One permit per pooled instance slot: held from before a store is
     /// created until after it is dropped, so instantiation never finds the
-    /// pool full.
+    /// pool's instance slots full.
     slots: Semaphore,
-    /// Stores waiting for a slot now.
+    /// Told each time a slot is given back, after its store has returned its
+    /// share of the pool's totals: what a store waiting for room in them
+    /// waits for.
+    released: Notify,
+    /// Stores waiting for a slot, or for room in the pool's totals, now.
     waiting: AtomicUsize,
     /// The engine's compilation cache (a handle sharing its counters).
     cache: Option<Cache>,
@@ -113,7 +121,8 @@ pub struct InstanceSlots {
     /// Slots held by a live store (an invocation, or a load reading a
     /// manifest).
     pub in_use: usize,
-    /// Invocations and loads waiting for a slot.
+    /// Invocations and loads waiting for a slot, or for room in the pool's
+    /// shared totals of core instances, memories and tables.
     pub waiting: usize,
 }
 
@@ -160,6 +169,7 @@ impl Runtime {
                 engine,
                 linker,
                 slots: Semaphore::new(config.max_concurrent_instances as usize),
+                released: Notify::new(),
                 waiting: AtomicUsize::new(0),
                 config,
                 cache,
@@ -191,17 +201,49 @@ impl Runtime {
     /// One of the pool's instance slots, waiting while all are in use. Hold
     /// it from before the store is created until after it is dropped (the
     /// store's drop returns the slot to the pool).
-    pub(crate) async fn instance_slot(&self) -> SemaphorePermit<'_> {
+    pub(crate) async fn instance_slot(&self) -> InstanceSlot<'_> {
         let slots = &self.inner.slots;
-        if let Ok(slot) = slots.try_acquire() {
-            return slot;
+        let permit = match slots.try_acquire() {
+            Ok(permit) => permit,
+            Err(_) => {
+                tracing::debug!(
+                    slots = self.inner.config.max_concurrent_instances,
+                    "every instance slot is in use; waiting for one"
+                );
+                let _waiting = self.count_waiting();
+                slots
+                    .acquire()
+                    .await
+                    .expect("the slot semaphore is never closed")
+            }
+        };
+        InstanceSlot {
+            _permit: permit,
+            released: &self.inner.released,
         }
+    }
+
+    /// Waits until a slot is given back (and with it, its store's share of
+    /// the pool's totals), counted as waiting meanwhile. Take `released`
+    /// from [`Self::slot_released`] before the attempt that found no room,
+    /// so that a slot given back in between is not missed.
+    pub(crate) async fn wait_for_room(&self, released: Notified<'_>) {
         tracing::debug!(
-            slots = self.inner.config.max_concurrent_instances,
-            "every instance slot is in use; waiting for one"
+            "the pool's core instances, memories or tables are in use by other instances; \
+             waiting for one to end"
         );
-        /// Counts a wait for as long as it lasts, however it ends (a caller
-        /// may give up and drop it).
+        let _waiting = self.count_waiting();
+        released.await;
+    }
+
+    /// Resolves at the next time a slot is given back.
+    pub(crate) fn slot_released(&self) -> Notified<'_> {
+        self.inner.released.notified()
+    }
+
+    /// Counts a wait for as long as the guard lives, however it ends (a
+    /// caller may give up and drop it).
+    fn count_waiting(&self) -> impl Drop + '_ {
         struct Waiting<'a>(&'a AtomicUsize);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
@@ -209,11 +251,7 @@ impl Runtime {
             }
         }
         self.inner.waiting.fetch_add(1, Ordering::Relaxed);
-        let _waiting = Waiting(&self.inner.waiting);
-        slots
-            .acquire()
-            .await
-            .expect("the slot semaphore is never closed")
+        Waiting(&self.inner.waiting)
     }
 
     /// How the instance pool is used right now.
@@ -227,15 +265,37 @@ impl Runtime {
     }
 }
 
+/// A slot of the instance pool ([`Runtime::instance_slot`]). Giving it back
+/// wakes the stores waiting for room in the pool's totals.
+pub(crate) struct InstanceSlot<'a> {
+    _permit: SemaphorePermit<'a>,
+    released: &'a Notify,
+}
+
+impl Drop for InstanceSlot<'_> {
+    fn drop(&mut self) {
+        self.released.notify_waiters();
+    }
+}
+
 fn engine_config(config: &RuntimeConfig) -> Config {
     let mut pool = PoolingAllocationConfig::new();
     let instances = config.max_concurrent_instances;
+    // Shared by all instances: a Rust guest uses one or two of each, a
+    // componentize-py guest dozens of core instances (34 with NumPy). A core
+    // instance costs only its metadata, allocated when used; a memory or
+    // table slot reserves address space up front. A component needing more
+    // than the totals could never be instantiated: it is refused at load.
+    let core_instances = instances * 32;
+    let memories = instances * 2;
+    let tables = instances * 4;
     pool.total_component_instances(instances)
-        // Interpreted-language components carry several core instances,
-        // memories and tables; Rust guests carry one or two of each.
-        .total_core_instances(instances * 4)
-        .total_memories(instances * 2)
-        .total_tables(instances * 4)
+        .total_core_instances(core_instances)
+        .max_core_instances_per_component(core_instances)
+        .total_memories(memories)
+        .max_memories_per_component(memories)
+        .total_tables(tables)
+        .max_tables_per_component(tables)
         .total_stacks(instances)
         .max_memory_size(config.limits.memory_bytes)
         // Reset the pages a guest dirtied in place instead of unmapping the
