@@ -486,11 +486,11 @@ impl Gate {
     }
 }
 
-/// A demo host whose instance pool has two slots.
-fn two_slot_host() -> Arc<DemoHost> {
+/// A demo host whose instance pool has `slots` slots.
+fn host_with_slots(slots: u32) -> Arc<DemoHost> {
     let mut host = DemoHost::new();
     host.runtime = Runtime::new(RuntimeConfig {
-        max_concurrent_instances: 2,
+        max_concurrent_instances: slots,
         ..Default::default()
     })
     .unwrap();
@@ -517,7 +517,7 @@ impl ToolDispatch for Gate {
 /// and a skill can still be loaded meanwhile.
 #[tokio::test]
 async fn invocations_beyond_the_pool_wait_for_a_slot() {
-    let host = two_slot_host();
+    let host = host_with_slots(2);
     let skill = host.load(&skill_file("inquireOrderStatus")).await;
     let gate = Gate::closed(&host);
     let mut tasks = tokio::task::JoinSet::new();
@@ -686,19 +686,17 @@ fn skill_with_extra_memories(name: &str, extra_memories: usize) -> Vec<u8> {
 }
 
 /// A skill split over more core instances and memories than one slot brings
-/// to the pool: its invocation waits while others hold the pool's shared
-/// totals, then runs, instead of failing on the pool's limit.
+/// to the pool: its invocations and loads wait while others hold the pool's
+/// shared totals, then run one after the other, instead of failing on the
+/// pool's limit.
 #[tokio::test]
 async fn an_invocation_needing_more_than_a_slot_brings_waits_for_room_in_the_pool() {
-    let host = two_slot_host();
-    // The pool holds 4 memories; this skill needs all of them.
-    let heavy = SkillComponent::load(
-        &host.runtime,
-        skill_with_extra_memories("manyMemories", 3),
-        &host.tools,
-    )
-    .await
-    .expect("a skill the pool can hold loads");
+    let host = host_with_slots(3);
+    // The pool holds 6 memories; this skill needs all of them.
+    let heavy_bytes = skill_with_extra_memories("manyMemories", 5);
+    let heavy = SkillComponent::load(&host.runtime, heavy_bytes.clone(), &host.tools)
+        .await
+        .expect("a skill the pool can hold loads");
     let heavy_run = heavy.run(&json!({}), host.tools.clone()).await.unwrap();
     assert_eq!(heavy_run.outcome, RunOutcome::Done(json!({"ok": true})));
 
@@ -710,22 +708,40 @@ async fn an_invocation_needing_more_than_a_slot_brings_waits_for_room_in_the_poo
         tokio::spawn(async move { light.run(&json!({ "orderId": "88231" }), dispatch).await })
     };
     gate.holding(1).await;
-    let waiting = {
+    let waiting_run = {
         let (heavy, tools) = (heavy.clone(), host.tools.clone());
         tokio::spawn(async move { heavy.run(&json!({}), tools).await })
     };
+    // Loading reads the manifest from an instance of its own: it waits too.
+    let waiting_load = {
+        let host = host.clone();
+        tokio::spawn(
+            async move { SkillComponent::load(&host.runtime, heavy_bytes, &host.tools).await },
+        )
+    };
+    // The load compiles first: wait until both are waiting, however slow.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while host.runtime.instance_slots().waiting < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("both wait for room");
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(!waiting.is_finished(), "it waits while the memory is held");
+    assert!(!waiting_run.is_finished() && !waiting_load.is_finished());
     let slots = host.runtime.instance_slots();
-    assert_eq!((slots.in_use, slots.waiting), (2, 1));
+    assert_eq!((slots.in_use, slots.waiting), (3, 2));
 
+    // Each takes all the memories in turn: the one woken second waits again.
     gate.open.add_permits(1000);
     parked
         .await
         .unwrap()
         .expect("the parked invocation finishes");
-    let report = waiting.await.unwrap().expect("then the waiting one runs");
+    let report = waiting_run.await.unwrap().expect("the waiting run runs");
     assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+    let loaded = waiting_load.await.unwrap().expect("the waiting load loads");
+    assert_eq!(loaded.name().as_str(), "manyMemories");
     assert_eq!(host.runtime.instance_slots().waiting, 0);
 }
 
@@ -734,7 +750,7 @@ async fn an_invocation_needing_more_than_a_slot_brings_waits_for_room_in_the_poo
 /// waiting forever.
 #[tokio::test]
 async fn a_component_needing_more_than_the_whole_pool_is_refused_at_load() {
-    let host = two_slot_host();
+    let host = host_with_slots(2);
     let error = SkillComponent::load(
         &host.runtime,
         skill_with_extra_memories("tooManyMemories", 4),
