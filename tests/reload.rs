@@ -15,6 +15,7 @@ use tokio::sync::broadcast;
 
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
+use skillhost::skills::registry::MAX_SKILL_FILE_BYTES;
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::skills::{
     FailureKind, ReloadEvent, ReloadOutcome, SkillName, SkillRegistry, SkillVersion, WatchHandle,
@@ -304,6 +305,31 @@ async fn restoring_the_loaded_content_clears_the_failure() {
     assert_eq!(event.outcome, ReloadOutcome::Unchanged);
     assert_eq!(event.new, version_of(&old, "1.0.0"));
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+/// A file too large to be a skill (a stray download, a core dump) replacing
+/// a skill is refused without being read into memory; the old version keeps
+/// serving. The file is sparse: its size costs no disk.
+#[tokio::test]
+async fn a_file_larger_than_a_skill_may_be_is_refused_unread() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let huge = MAX_SKILL_FILE_BYTES + 1;
+    std::fs::File::create(&path).unwrap().set_len(huge).unwrap();
+    let event = watched.event_for(&path).await;
+    assert_rejected(&event, FailureKind::TooLarge, &format!("{huge} bytes"));
+    assert_eq!(
+        event.new,
+        version_of(&v1(), "1.0.0"),
+        "the old version keeps serving"
+    );
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let snapshot = watched.registry.snapshot();
+    let failure = snapshot.failure_for(&path).expect("a failure");
+    assert_eq!(
+        (failure.kind, &failure.digest),
+        (FailureKind::TooLarge, &None)
+    );
 }
 
 /// `versioned`, packed as an instruction-only skill whose manifest names a

@@ -11,7 +11,8 @@
 //!
 //! - The file's content is read once; those bytes are verified (signature
 //!   first), compiled, linked and their manifest checked. Nothing is read
-//!   twice, so a file changing meanwhile cannot slip past verification.
+//!   twice, so a file changing meanwhile cannot slip past verification. A
+//!   file larger than [`MAX_SKILL_FILE_BYTES`] is refused unread.
 //! - New content that loads replaces what the file provided before, in one
 //!   swap. Content that fails is recorded as the file's [`LoadFailure`]
 //!   (`kind`, `reason`, digest) and the file's previous version keeps
@@ -31,6 +32,7 @@
 //!   [`ReloadOutcome::Unchanged`] and is not broadcast.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::Read as _;
 use std::num::NonZero;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +65,8 @@ pub struct LoadedSkill {
 pub enum FailureKind {
     /// The file could not be read.
     Read,
+    /// The file is larger than [`MAX_SKILL_FILE_BYTES`]; it was not read.
+    TooLarge,
     /// The signature policy refused it: unsigned, unknown key, tampered,
     /// truncated (a half-written file) or malformed.
     Signature,
@@ -96,11 +100,47 @@ pub struct LoadFailure {
     contested: Option<SkillName>,
 }
 
+/// The largest skill file the host reads. Default: 256 MiB. A skill that
+/// carries an interpreter (componentize-py, componentize-js) is tens of
+/// MiB, the bundled skills under 100 KiB; a larger file in the skills
+/// directory (a stray download, a core dump) is refused before it is read
+/// into memory.
+pub const MAX_SKILL_FILE_BYTES: u64 = 256 << 20;
+
+/// Reads the skill file at `path`, refusing one larger than
+/// [`MAX_SKILL_FILE_BYTES`] without reading it.
+async fn read_skill_file(path: &Path) -> Result<Vec<u8>, FileError> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&path).map_err(FileError::Read)?;
+        let size = file.metadata().map_err(FileError::Read)?.len();
+        if size > MAX_SKILL_FILE_BYTES {
+            return Err(FileError::TooLarge { bytes: size });
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        // The file may have grown since its size was read.
+        file.take(MAX_SKILL_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(FileError::Read)?;
+        match bytes.len() as u64 {
+            read if read > MAX_SKILL_FILE_BYTES => Err(FileError::TooLarge { bytes: read }),
+            _ => Ok(bytes),
+        }
+    })
+    .await
+    .expect("reading a skill file does not panic")
+}
+
 /// Why a file's content did not load.
 #[derive(Debug, thiserror::Error)]
 enum FileError {
     #[error("cannot read file: {0}")]
     Read(#[source] std::io::Error),
+    #[error(
+        "the file has {bytes} bytes, more than the {} MiB a skill file may have; not read",
+        MAX_SKILL_FILE_BYTES >> 20
+    )]
+    TooLarge { bytes: u64 },
     #[error("signature refused: {0}")]
     Signature(#[source] SignatureError),
     #[error(transparent)]
@@ -113,6 +153,7 @@ impl FileError {
     fn kind(&self) -> FailureKind {
         match self {
             Self::Read(_) => FailureKind::Read,
+            Self::TooLarge { .. } => FailureKind::TooLarge,
             Self::Signature(_) => FailureKind::Signature,
             Self::Load(LoadError::Compile(_) | LoadError::MemoryLimit { .. }) => {
                 FailureKind::Compile
@@ -363,9 +404,9 @@ impl Loader {
     }
 
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
-        let bytes = tokio::fs::read(path)
+        let bytes = read_skill_file(path)
             .await
-            .map_err(|error| FileError::Read(error).into_failure(path, None))?;
+            .map_err(|error| error.into_failure(path, None))?;
         let digest = digest_of(&bytes);
         self.load(path, bytes)
             .await
@@ -522,12 +563,12 @@ impl SkillRegistry {
             .or_default()
             .clone();
         let _syncing = lock.lock().await;
-        let bytes = match tokio::fs::read(path).await {
+        let bytes = match read_skill_file(path).await {
             Ok(bytes) => bytes,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.unload(path).await;
             }
-            Err(error) => return self.reject(path, FileError::Read(error), None).await,
+            Err(error) => return self.reject(path, error, None).await,
         };
         let digest = digest_of(&bytes);
         let current = self.snapshot();
