@@ -32,7 +32,9 @@
 //! After a warm-up, rounds alternate the order of the targets (sandboxed
 //! first, then native first, ...) so that noise on the shared machine hits
 //! both. Memory is the servers' VmRSS from `/proc/<pid>/status`: idle after
-//! start, the peak sampled under load, and VmHWM at the end.
+//! start, the peak sampled under load, and VmHWM at the end; beside it
+//! RssAnon, the part that is the process's own (VmRSS also counts the file
+//! pages of the binary's code it ran, shared and reclaimable page cache).
 //!
 //! On a 2-core machine the generator competes with the server for the CPU;
 //! it uses one thread and does little per request (no JSON parsing), but the
@@ -283,18 +285,24 @@ async fn bench(settings: &Settings) -> anyhow::Result<()> {
 
     println!();
     println!(
-        "{:<10} {:>12} {:>18} {:>12}",
-        "memory", "idle VmRSS", "under load (peak)", "VmHWM"
+        "{:<10} {:>12} {:>18} {:>12} {:>14} {:>16}",
+        "memory", "idle VmRSS", "under load (peak)", "VmHWM", "idle RssAnon", "RssAnon at end"
     );
     for (index, server) in targets.iter().enumerate() {
         println!(
-            "{:<10} {:>12} {:>18} {:>12}",
+            "{:<10} {:>12} {:>18} {:>12} {:>14} {:>16}",
             server.label,
             mib(idle[index].rss_kib),
             mib(runs[index].peak_rss_kib),
-            mib(end[index].hwm_kib)
+            mib(end[index].hwm_kib),
+            mib(idle[index].anon_kib),
+            mib(end[index].anon_kib)
         );
     }
+    println!(
+        "(RssAnon: the process's own memory; the rest of VmRSS is file pages, mostly the \
+         binary's code, shared and reclaimable)"
+    );
     println!("load average at the end: {}", load_average());
 
     let mut failed = false;
@@ -550,6 +558,8 @@ impl Drop for Server {
 struct Memory {
     rss_kib: u64,
     hwm_kib: u64,
+    /// Of `rss_kib`, the anonymous pages: heap, stacks, guest memories.
+    anon_kib: u64,
 }
 
 impl Memory {
@@ -565,6 +575,7 @@ impl Memory {
         Self {
             rss_kib: field("VmRSS:"),
             hwm_kib: field("VmHWM:"),
+            anon_kib: field("RssAnon:"),
         }
     }
 }
