@@ -257,16 +257,25 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
     assert!(error.to_string().contains("execution-time"), "{error}");
 
     let host = DemoHost::new();
-    let sleeper = host.load(&fixture("wasi-sleeper")).await;
-    let report = sleeper
-        .run_with_limits(&json!({ "millis": 5 }), host.tools.clone(), short_limits())
-        .await
-        .expect("a sleep within the limit ends normally");
+    let within = json!({ "millis": 5 });
     assert_eq!(
-        report.outcome,
-        RunOutcome::Done(json!({ "slept": 5, "randomBytes": 0, "pollables": 0 }))
+        sleeper_result(&host, within, short_limits()).await,
+        json!({ "slept": 5, "randomBytes": 0, "pollables": 0 })
     );
     assert_eq!(host.runtime.instance_slots().in_use, 0);
+}
+
+/// What `wasi-sleeper` answers to `input`, which it must finish.
+async fn sleeper_result(host: &DemoHost, input: Value, limits: Limits) -> Value {
+    let sleeper = host.load(&fixture("wasi-sleeper")).await;
+    let report = sleeper
+        .run_with_limits(&input, host.tools.clone(), limits)
+        .await
+        .expect("wasi-sleeper finishes");
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("no result: {:?}", report.outcome);
+    };
+    result
 }
 
 /// Every WASI resource a guest holds (a pollable, a stream) is host memory
@@ -274,13 +283,8 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
 /// traps; one holding a few is served.
 #[tokio::test]
 async fn a_guest_hoarding_wasi_resources_traps() {
-    let host = DemoHost::new();
-    let sleeper = host.load(&fixture("wasi-sleeper")).await;
     let few = json!({ "millis": 0, "pollables": 100 });
-    let report = sleeper.run(&few, host.tools.clone()).await.unwrap();
-    let RunOutcome::Done(result) = report.outcome else {
-        panic!("no result: {:?}", report.outcome);
-    };
+    let result = sleeper_result(&DemoHost::new(), few, Limits::default()).await;
     assert_eq!(result["pollables"], 100);
 
     let hoard = json!({ "millis": 0, "pollables": 200_000 });
@@ -351,13 +355,10 @@ async fn a_guest_sleeping_in_wasi_while_described_is_refused_at_load() {
 /// limit named, and allocates nothing; a key-sized request is served.
 #[tokio::test]
 async fn a_guest_asking_wasi_for_too_many_random_bytes_traps() {
-    let host = DemoHost::new();
-    let sleeper = host.load(&fixture("wasi-sleeper")).await;
     let key = json!({ "millis": 0, "randomBytes": 32 });
-    let report = sleeper.run(&key, host.tools.clone()).await.unwrap();
     assert_eq!(
-        report.outcome,
-        RunOutcome::Done(json!({ "slept": 0, "randomBytes": 32, "pollables": 0 }))
+        sleeper_result(&DemoHost::new(), key, Limits::default()).await,
+        json!({ "slept": 0, "randomBytes": 32, "pollables": 0 })
     );
 
     let hoard = json!({ "millis": 0, "randomBytes": 32 << 20 });
