@@ -1,0 +1,67 @@
+//! Any text as a declarative skill (`skillhost pack`), in either format. What
+//! the packer accepts must build a component that loads and reads back as
+//! the same manifest and instructions; what it refuses, it refuses with an
+//! error, never a panic.
+#![no_main]
+
+use std::path::Path;
+use std::sync::{Arc, LazyLock};
+
+use libfuzzer_sys::fuzz_target;
+use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
+use skillhost::skills::pack::{DeclarativeSkill, Format};
+use skillhost::tools::ToolRegistry;
+use skillhost::tools::demo::{self, DemoDb};
+
+struct Host {
+    executor: tokio::runtime::Runtime,
+    runtime: Runtime,
+    tools: ToolRegistry,
+}
+
+static HOST: LazyLock<Host> = LazyLock::new(|| {
+    let mut tools = ToolRegistry::new();
+    let db = Arc::new(DemoDb::in_memory().expect("the demo shop"));
+    demo::register_all(&mut tools, db).expect("the demo tools");
+    Host {
+        executor: tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime"),
+        runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
+        tools,
+    }
+});
+
+fuzz_target!(|input: (bool, &str)| {
+    let (markdown, text) = input;
+    let (format, file) = if markdown {
+        (Format::SkillMd, Path::new("SKILL.md"))
+    } else {
+        (Format::Yaml, Path::new("skill.yaml"))
+    };
+    let Ok(skill) = DeclarativeSkill::parse(text, format, file) else {
+        return;
+    };
+    let bytes = skill.to_component().expect("an accepted skill encodes");
+    let host = &*HOST;
+    let loaded = host
+        .executor
+        .block_on(SkillComponent::load(&host.runtime, bytes, &host.tools));
+    // The packer knows no host's tools: a skill may list a tool this host
+    // lacks, or be named like one of its tools. Any other refusal is the
+    // packer's fault.
+    let loaded = match loaded {
+        Ok(loaded) => loaded,
+        Err(error)
+            if error.to_string().contains("not a registered tool")
+                || error.to_string().contains("already the name of a tool") =>
+        {
+            return;
+        }
+        Err(error) => panic!("an accepted skill does not load: {error}"),
+    };
+    let json = |manifest| serde_json::to_value(manifest).expect("a manifest serializes");
+    assert_eq!(json(loaded.manifest()), json(skill.manifest()));
+    assert_eq!(loaded.instructions(), skill.instructions());
+});

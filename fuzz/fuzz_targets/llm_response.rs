@@ -1,0 +1,106 @@
+//! Any answer of an OpenAI-compatible server, over real HTTP on loopback, to
+//! the LLM client: a JSON completion or an SSE stream (text deltas, tool-call
+//! fragments, usage, errors), under any status. A faulty model is an
+//! `LlmError`, never a panic.
+#![no_main]
+
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use libfuzzer_sys::fuzz_target;
+use skillhost::agent::llm::{ChatRequest, LlmClient, LlmConfig, Message};
+use tokio::sync::mpsc;
+
+/// What the server answers to the next request.
+#[derive(Default)]
+struct Answer {
+    status: u16,
+    streaming: bool,
+    body: Vec<u8>,
+}
+
+struct Model {
+    executor: tokio::runtime::Runtime,
+    answer: Arc<Mutex<Answer>>,
+    client: LlmClient,
+}
+
+async fn complete(State(answer): State<Arc<Mutex<Answer>>>) -> Response {
+    let answer = answer.lock().expect("the answer");
+    let status = StatusCode::from_u16(answer.status).expect("a status");
+    let content_type = if answer.streaming {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    (
+        status,
+        [(header::CONTENT_TYPE, content_type)],
+        answer.body.clone(),
+    )
+        .into_response()
+}
+
+static MODEL: LazyLock<Model> = LazyLock::new(|| {
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let answer = Arc::new(Mutex::new(Answer::default()));
+    let router = Router::new()
+        .route("/v1/chat/completions", post(complete))
+        .with_state(answer.clone());
+    let address = executor.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let address = listener.local_addr().expect("its address");
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        address
+    });
+    let mut config = LlmConfig::new(format!("http://{address}/v1"), "fuzz");
+    // A retried 429 or 5xx would only wait: every answer is judged once.
+    config.max_retries = 0;
+    config.request_timeout = Duration::from_secs(10);
+    let client = LlmClient::new(config).expect("an LLM client");
+    Model {
+        executor,
+        answer,
+        client,
+    }
+});
+
+const STATUSES: [u16; 8] = [200, 200, 200, 200, 400, 401, 429, 500];
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&shape, body)) = input.split_first() else {
+        return;
+    };
+    let model = &*MODEL;
+    let streaming = shape & 1 == 1;
+    *model.answer.lock().expect("the answer") = Answer {
+        status: STATUSES[usize::from(shape >> 1) % STATUSES.len()],
+        streaming,
+        body: body.to_vec(),
+    };
+    let (deltas, mut received) = mpsc::unbounded_channel();
+    let request = ChatRequest::new(vec![Message::user("refund order 88231")])
+        .with_stream(streaming)
+        .with_deltas(deltas);
+    let answer = model.executor.block_on(model.client.chat(&request));
+    if answer.is_ok() && streaming {
+        // Text deltas are forwarded as they arrive; the answer holds them all.
+        let mut forwarded = String::new();
+        while let Ok(delta) = received.try_recv() {
+            forwarded.push_str(&delta);
+        }
+        let answer = answer.expect("checked above");
+        assert_eq!(answer.message.content.as_deref().unwrap_or(""), forwarded);
+    }
+});
