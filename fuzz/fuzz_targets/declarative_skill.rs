@@ -5,13 +5,13 @@
 #![no_main]
 
 use std::path::Path;
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::tools::ToolRegistry;
-use skillhost::tools::demo::{self, DemoDb};
+use skillhost_fuzz::{demo_tools, executor};
 
 struct Host {
     executor: tokio::runtime::Runtime,
@@ -19,18 +19,10 @@ struct Host {
     tools: ToolRegistry,
 }
 
-static HOST: LazyLock<Host> = LazyLock::new(|| {
-    let mut tools = ToolRegistry::new();
-    let db = Arc::new(DemoDb::in_memory().expect("the demo shop"));
-    demo::register_all(&mut tools, db).expect("the demo tools");
-    Host {
-        executor: tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime"),
-        runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
-        tools,
-    }
+static HOST: LazyLock<Host> = LazyLock::new(|| Host {
+    executor: executor(),
+    runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
+    tools: demo_tools(),
 });
 
 fuzz_target!(|input: (bool, &str)| {

@@ -5,17 +5,15 @@
 //! answers 500 too).
 #![no_main]
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
-use skillhost::embed::SkillHost;
 use skillhost::gateway::{Gateway, GatewayConfig};
-use skillhost::skills::signature::{SignaturePolicy, TrustStore};
-use skillhost::tools::demo::DemoDb;
+use skillhost_fuzz::{bundled_host, executor};
 use tower::ServiceExt;
 
 struct Served {
@@ -24,22 +22,9 @@ struct Served {
 }
 
 static SERVED: LazyLock<Served> = LazyLock::new(|| {
-    let executor = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let router = executor.block_on(async {
-        let trusted = TrustStore::load(&[format!("{root}/keys/trusted")]).expect("trust store");
-        let host = SkillHost::builder(format!("{root}/skills"), SignaturePolicy::Require(trusted))
-            .demo_tools(Arc::new(DemoDb::in_memory().expect("the demo shop")))
-            .hot_reload(false)
-            .build()
-            .await
-            .expect("the host");
-        Gateway::new(host, GatewayConfig::default()).router()
-    });
+    let executor = executor();
+    let host = executor.block_on(bundled_host().build()).expect("the host");
+    let router = Gateway::new(host, GatewayConfig::default()).router();
     Served { executor, router }
 });
 

@@ -5,7 +5,6 @@
 #![no_main]
 
 use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -13,7 +12,8 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use libfuzzer_sys::fuzz_target;
-use skillhost::agent::llm::{ChatRequest, LlmClient, LlmConfig, Message};
+use skillhost::agent::llm::{ChatRequest, LlmClient, Message};
+use skillhost_fuzz::{executor, llm_at, serve_on_loopback};
 use tokio::sync::mpsc;
 
 /// What the server answers to the next request.
@@ -47,28 +47,13 @@ async fn complete(State(answer): State<Arc<Mutex<Answer>>>) -> Response {
 }
 
 static MODEL: LazyLock<Model> = LazyLock::new(|| {
-    let executor = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let executor = executor();
     let answer = Arc::new(Mutex::new(Answer::default()));
     let router = Router::new()
         .route("/v1/chat/completions", post(complete))
         .with_state(answer.clone());
-    let address = executor.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port");
-        let address = listener.local_addr().expect("its address");
-        tokio::spawn(async move { axum::serve(listener, router).await });
-        address
-    });
-    let mut config = LlmConfig::new(format!("http://{address}/v1"), "fuzz");
-    // A retried 429 or 5xx would only wait: every answer is judged once.
-    config.max_retries = 0;
-    config.request_timeout = Duration::from_secs(10);
-    let client = LlmClient::new(config).expect("an LLM client");
+    let address = executor.block_on(serve_on_loopback(router));
+    let client = LlmClient::new(llm_at(address)).expect("an LLM client");
     Model {
         executor,
         answer,

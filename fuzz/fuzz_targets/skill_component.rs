@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
 use skillhost::tools::ToolRegistry;
-use skillhost::tools::demo::{self, DemoDb};
+use skillhost_fuzz::{demo_tools, executor};
 
 struct Host {
     executor: tokio::runtime::Runtime,
@@ -19,18 +19,10 @@ struct Host {
     tools: Arc<ToolRegistry>,
 }
 
-static HOST: LazyLock<Host> = LazyLock::new(|| {
-    let mut tools = ToolRegistry::new();
-    let db = Arc::new(DemoDb::in_memory().expect("the demo shop"));
-    demo::register_all(&mut tools, db).expect("the demo tools");
-    Host {
-        executor: tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime"),
-        runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
-        tools: Arc::new(tools),
-    }
+static HOST: LazyLock<Host> = LazyLock::new(|| Host {
+    executor: executor(),
+    runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
+    tools: Arc::new(demo_tools()),
 });
 
 fuzz_target!(|bytes: &[u8]| {

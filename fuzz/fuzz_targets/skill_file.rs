@@ -7,11 +7,9 @@ use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use skillhost::skills::signature::{TrustStore, embedded_key_ids};
+use skillhost_fuzz::trust_store;
 
-static TRUSTED: LazyLock<TrustStore> = LazyLock::new(|| {
-    TrustStore::load(&[concat!(env!("CARGO_MANIFEST_DIR"), "/../keys/trusted")])
-        .expect("the repository's trust store")
-});
+static TRUSTED: LazyLock<TrustStore> = LazyLock::new(trust_store);
 
 fuzz_target!(|bytes: &[u8]| {
     let claimed = embedded_key_ids(bytes);

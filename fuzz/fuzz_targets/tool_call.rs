@@ -3,12 +3,12 @@
 //! the demo shop's SQL. Errors are answers; a panic is a bug.
 #![no_main]
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use skillhost::tools::ToolRegistry;
-use skillhost::tools::demo::{self, DemoDb};
+use skillhost_fuzz::{demo_tools, executor};
 
 struct Shop {
     executor: tokio::runtime::Runtime,
@@ -17,15 +17,10 @@ struct Shop {
 }
 
 static SHOP: LazyLock<Shop> = LazyLock::new(|| {
-    let mut tools = ToolRegistry::new();
-    let db = Arc::new(DemoDb::in_memory().expect("the demo shop"));
-    demo::register_all(&mut tools, db).expect("the demo tools");
+    let tools = demo_tools();
     let names = tools.specs().map(|spec| spec.name.clone()).collect();
     Shop {
-        executor: tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime"),
+        executor: executor(),
         tools,
         names,
     }
