@@ -629,6 +629,34 @@ async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
 }
 
 #[tokio::test]
+async fn started_elsewhere_it_names_the_setting_and_directory_to_fix() {
+    // An empty working directory: neither keys/trusted nor skills/ is there.
+    let work = Workdir::new();
+    let here = work.path("").canonicalize().unwrap();
+    let (_, stderr) = expect_code(&output(&mut work.command(&["skills"])).await, 1);
+    assert!(
+        stderr.starts_with("error: loading the trust store (--trust or SKILLHOST_TRUST;")
+            && stderr.contains(&format!("working directory {}", here.display()))
+            && stderr.contains("keys/trusted"),
+        "{stderr}"
+    );
+    let trusted = repo_root().join("keys/trusted");
+    for command in ["skills", "serve", "test"] {
+        let mut command = work.command(&[command, "--db", "shop.db", "--trust"]);
+        command.arg(&trusted);
+        let (_, stderr) = expect_code(&output(&mut command).await, 1);
+        assert_eq!(
+            stderr.trim_end(),
+            format!(
+                "error: no skills directory at skills (--skills or SKILLHOST_SKILLS; \
+                 working directory {})",
+                here.display()
+            )
+        );
+    }
+}
+
+#[tokio::test]
 async fn skills_json_lists_the_seven_bundled_skills_with_their_signer() {
     let work = Workdir::new();
     let mut command = work.host_command(&["skills", "--json"], &bundled());

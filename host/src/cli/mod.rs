@@ -14,7 +14,7 @@ mod test;
 mod trace;
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -93,6 +93,19 @@ struct HostArgs {
 }
 
 impl HostArgs {
+    /// `--skills`, checked before anything loads, so that a command started
+    /// from another directory says which setting to fix.
+    fn skills_dir(&self) -> anyhow::Result<&Path> {
+        if !self.skills.is_dir() {
+            anyhow::bail!(
+                "no skills directory at {} ({})",
+                self.skills.display(),
+                settings_note("--skills or SKILLHOST_SKILLS", [&self.skills])
+            );
+        }
+        Ok(&self.skills)
+    }
+
     fn signature_policy(&self) -> anyhow::Result<SignaturePolicy> {
         if self.allow_unsigned {
             eprintln!(
@@ -233,11 +246,21 @@ impl LoadedHost {
             runtime,
             tools.clone(),
             policy,
-            &args.skills,
+            args.skills_dir()?,
             progress::loading_skills(),
         )
         .await?;
         Ok(Self { skills, tools })
+    }
+}
+
+/// Where a setting of `paths` comes from, for an error about them: the
+/// option and variable, and the working directory when a path is relative.
+fn settings_note<'a>(setting: &str, paths: impl IntoIterator<Item = &'a PathBuf>) -> String {
+    let relative = paths.into_iter().any(|path| path.is_relative());
+    match std::env::current_dir() {
+        Ok(dir) if relative => format!("{setting}; working directory {}", dir.display()),
+        _ => setting.to_owned(),
     }
 }
 

@@ -85,7 +85,10 @@ pub struct TrustArgs {
 impl TrustArgs {
     /// Loads the trust store; no keys at all is an error.
     pub fn store(&self) -> anyhow::Result<TrustStore> {
-        TrustStore::load(&self.paths).context("loading the trust store")
+        TrustStore::load(&self.paths).with_context(|| {
+            let note = super::settings_note("--trust or SKILLHOST_TRUST", &self.paths);
+            format!("loading the trust store ({note})")
+        })
     }
 }
 

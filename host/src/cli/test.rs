@@ -149,7 +149,7 @@ async fn load_skills(args: &HostArgs, runtime: Runtime) -> anyhow::Result<SkillR
         runtime,
         scratch_tools()?,
         policy,
-        &args.skills,
+        args.skills_dir()?,
         progress::loading_skills(),
     )
     .await?)

@@ -94,7 +94,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let db = Arc::new(DemoDb::open(&args.host.db)?);
-    let host = SkillHost::builder(&args.host.skills, args.host.signature_policy()?)
+    let host = SkillHost::builder(args.host.skills_dir()?, args.host.signature_policy()?)
         .runtime_config(args.host.runtime_config(&file)?)
         .demo_tools(db)
         .register_tools(|tools| {
