@@ -8,22 +8,10 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
-use skillhost::tools::ToolRegistry;
-use skillhost_fuzz::{demo_tools, executor};
+use skillhost_fuzz::Sandbox;
 
-struct Host {
-    executor: tokio::runtime::Runtime,
-    runtime: Runtime,
-    tools: ToolRegistry,
-}
-
-static HOST: LazyLock<Host> = LazyLock::new(|| Host {
-    executor: executor(),
-    runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
-    tools: demo_tools(),
-});
+static SANDBOX: LazyLock<Sandbox> = LazyLock::new(Sandbox::default);
 
 fuzz_target!(|input: (bool, &str)| {
     let (markdown, text) = input;
@@ -36,14 +24,10 @@ fuzz_target!(|input: (bool, &str)| {
         return;
     };
     let bytes = skill.to_component().expect("an accepted skill encodes");
-    let host = &*HOST;
-    let loaded = host
-        .executor
-        .block_on(SkillComponent::load(&host.runtime, bytes, &host.tools));
     // The packer knows no host's tools: a skill may list a tool this host
     // lacks, or be named like one of its tools. Any other refusal is the
     // packer's fault.
-    let loaded = match loaded {
+    let loaded = match SANDBOX.load(bytes) {
         Ok(loaded) => loaded,
         Err(error)
             if error.to_string().contains("not a registered tool")

@@ -1,5 +1,6 @@
-//! What the fuzz targets share: an executor, the demo shop's tools, the
-//! repository's bundled skills and trust store, a loopback server.
+//! What the fuzz targets share: an executor, the demo shop's tools, a
+//! sandbox to load components in, the repository's bundled skills and trust
+//! store, a loopback server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use skillhost::agent::llm::LlmConfig;
 use skillhost::embed::{SkillHost, SkillHostBuilder};
+use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::{self, DemoDb};
@@ -33,6 +35,32 @@ pub fn demo_tools() -> ToolRegistry {
     let db = Arc::new(DemoDb::in_memory().expect("the demo shop"));
     demo::register_all(&mut tools, db).expect("the demo tools");
     tools
+}
+
+/// A sandbox with the default limits over the demo tools, for targets that
+/// load components themselves.
+pub struct Sandbox {
+    pub executor: tokio::runtime::Runtime,
+    pub runtime: Runtime,
+    pub tools: Arc<ToolRegistry>,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self {
+            executor: executor(),
+            runtime: Runtime::new(RuntimeConfig::default()).expect("the sandbox"),
+            tools: Arc::new(demo_tools()),
+        }
+    }
+}
+
+impl Sandbox {
+    /// Loads `bytes` as a skill component (signatures aside).
+    pub fn load(&self, bytes: Vec<u8>) -> Result<SkillComponent, skillhost::runtime::LoadError> {
+        self.executor
+            .block_on(SkillComponent::load(&self.runtime, bytes, &self.tools))
+    }
 }
 
 /// The repository's trust store (`keys/trusted`).
