@@ -388,7 +388,7 @@ async fn test_passes_deterministic_skills_and_skips_llm_skills_without_an_llm() 
             stdout
                 .lines()
                 .any(|line| line.starts_with(&format!("SKIP {skill} ›"))
-                    && line.contains("skipped: no LLM configured")),
+                    && line.contains(": no LLM configured")),
             "{skill} not skipped: {stdout}"
         );
     }
@@ -539,23 +539,83 @@ async fn test_reports_which_expectation_failed_and_exits_non_zero() {
 }
 
 #[tokio::test]
-async fn run_refunds_order_88231_in_the_db_file() {
+async fn run_asks_before_the_refund_is_written_and_then_writes_it_in_the_db_file() {
     let work = Workdir::new();
-    let mut command = work.host_command(
-        &[
+    let refund = |extra: &[&str]| {
+        let mut args = vec![
             "run",
             "processRefund",
             "--input",
             r#"{"orderId":"88231","reason":"broken"}"#,
-        ],
-        &bundled(),
+        ];
+        args.extend_from_slice(extra);
+        work.host_command(&args, &bundled())
+    };
+
+    // Nobody answers (no stdin): the write is declined, nothing is written,
+    // and the skill says why.
+    let (stdout, stderr) = expect_code(&output(&mut refund(&[])).await, 0);
+    assert!(
+        stderr.contains("confirmation") && stderr.contains("approve applyRefund? [y/n]"),
+        "{stderr}"
     );
-    let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["refunded"], false, "{stdout}");
+    assert!(
+        result["message"]
+            .as_str()
+            .unwrap()
+            .contains("a person declined `applyRefund`"),
+        "{stdout}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+    // --no declines without asking.
+    let (_, stderr) = expect_code(&output(&mut refund(&["--no"])).await, 0);
+    assert!(
+        stderr.contains("rejected (--no)") && !stderr.contains("[y/n]"),
+        "{stderr}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+
+    // "y" at the prompt: the refund is written.
+    let (stdout, stderr) = expect_code(&output_with_stdin(&mut refund(&[]), "y\n").await, 0);
     let result: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["refunded"], true, "{stdout}");
     assert!(result["refundId"].as_str().unwrap().starts_with("RF"));
-    assert!(stderr.contains("tool queryOrder: ok") && stderr.contains("tool applyRefund: ok"));
+    assert!(
+        stderr.contains("called queryOrder(") && stderr.contains("called applyRefund("),
+        "{stderr}"
+    );
     assert_eq!(work.refunds_of_88231(), 1);
+
+    // A config file whose policy needs no approval for writes: no prompt.
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[confirmation]\nrequire_for_writes = false\n",
+    )
+    .unwrap();
+    let (stdout, stderr) = expect_code(
+        &output(&mut refund(&["--config", "skillhost.toml"])).await,
+        0,
+    );
+    assert!(!stderr.contains("[y/n]"), "{stderr}");
+    // The shop refuses a second refund of the same order.
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["refunded"], false, "{stdout}");
+    assert_eq!(work.refunds_of_88231(), 1);
+}
+
+#[tokio::test]
+async fn run_says_what_to_do_with_a_skill_it_cannot_run() {
+    let work = Workdir::new();
+    let run = |skill: &str| work.host_command(&["run", skill, "--yes"], &bundled());
+    let (_, stderr) = expect_code(&output(&mut run("processrefund")).await, 1);
+    assert!(stderr.contains("did you mean `processRefund`?"), "{stderr}");
+    let (_, stderr) = expect_code(&output(&mut run("after_sale_apply")).await, 1);
+    assert!(
+        stderr.contains("no deterministic steps") && stderr.contains("skillhost ask"),
+        "{stderr}"
+    );
 }
 
 /// `run` takes `serve`'s config file: its `[sandbox]` limits apply.
@@ -654,6 +714,8 @@ async fn started_elsewhere_it_names_the_setting_and_directory_to_fix() {
             )
         );
     }
+    // A command that stops at its settings leaves no database behind.
+    assert!(!work.path("shop.db").exists() && !work.path("skillhost-demo.db").exists());
 }
 
 #[tokio::test]
@@ -854,7 +916,7 @@ async fn inspect_shows_the_manifest_exports_signer_and_digest_of_a_bundled_skill
     for line in [
         format!("digest:      {}", digest_of(&bytes)),
         format!("trust:       trusted: key {}", key.fingerprint()),
-        format!("signature:   signed (key id {})", hex::encode(key.key_id())),
+        format!("signature:   signed (by key {})", key.fingerprint()),
         "  name:         processRefund".to_owned(),
         "  tools:        queryOrder, applyRefund".to_owned(),
         "  steps:        yes".to_owned(),
@@ -973,8 +1035,11 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
     let work = Workdir::new();
     let json_of = |out: &Output| -> Value {
         let (stdout, stderr) = expect_code(out, 0);
-        // Progress lines are for terminals only.
-        assert!(stderr.is_empty(), "{stderr}");
+        // Progress lines are for terminals only; what --yes approved is said.
+        assert!(
+            stderr.lines().all(|line| line.trim() == "approved (--yes)"),
+            "{stderr}"
+        );
         serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"))
     };
 
@@ -1023,6 +1088,7 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
             "run",
             "processRefund",
             "--json",
+            "--yes",
             "--input",
             r#"{"orderId":"88231","reason":"broken"}"#,
         ],

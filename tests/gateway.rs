@@ -410,7 +410,8 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     assert_eq!(refund["name"], "processRefund");
     assert_eq!(refund["status"], "loaded");
     assert!(refund["digest"].as_str().unwrap().starts_with("sha256:"));
-    assert_eq!(refund["signer"], "cccb7250b5621613");
+    // The demo key's fingerprint, which `inspect` shows for its signatures.
+    assert_eq!(refund["signer"], "1aa1e92e86658033a90ecf0b");
     assert_eq!(
         refund["manifest"]["tools"],
         json!(["queryOrder", "applyRefund"])
@@ -476,7 +477,10 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     .await;
     assert_eq!(stale["version"], "1.0.0");
     assert!(
-        stale["last_error"].as_str().unwrap().contains("signature"),
+        stale["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("not a readable component"),
         "{stale:#}"
     );
     let (_, listing) = served.get("/v1/skills").await;
@@ -747,7 +751,11 @@ async fn bodies_over_the_limit_are_a_413() {
     let big = json!({"orderId": "88231", "reason": "x".repeat(4096)});
     let (status, body) = served.invoke("processRefund", big).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-    error_of(&body, "body_too_large");
+    let message = error_of(&body, "body_too_large")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("1024 bytes"),
+        "{message}"
+    );
     // Under the limit is fine.
     let (status, _) = served
         .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
@@ -794,8 +802,26 @@ async fn metrics_move_after_traffic() {
         .await;
     served.invoke("nope", json!({})).await;
     served.chat("hi").await;
+    // Methods a client makes up share one label value.
+    for made_up in ["FOO1", "FOO2"] {
+        let method = reqwest::Method::from_bytes(made_up.as_bytes()).unwrap();
+        served
+            .http
+            .request(method, served.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+    }
 
     let after = scrape().await;
+    assert!(!after.contains("FOO"), "{after}");
+    assert_eq!(
+        metric(
+            &after,
+            r#"skillhost_http_requests_total{route="/healthz",method="other",status="405"}"#
+        ),
+        2.0
+    );
     assert_eq!(metric(&after, invocations), 1.0);
     assert_eq!(
         metric(
@@ -859,7 +885,14 @@ async fn skill_failures_are_a_422_and_slow_requests_a_504() {
     .await;
     let (status, body) = served.invoke("panicker", json!({})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body:#}");
-    assert_eq!(error_of(&body, "skill_failed")["type"], "skill_error");
+    let error = error_of(&body, "skill_failed");
+    assert_eq!(error["type"], "skill_error");
+    // The failure itself, not the JSON the model would be sent.
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("panicker") && !message.starts_with('{'),
+        "{message}"
+    );
 
     let (status, body) = served.chat("hi").await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
@@ -1039,4 +1072,87 @@ async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
         matches!(&error, skillhost::tools::ToolError::Rejected(message) if message.contains("no customer u404")),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_failed() {
+    use axum::http::HeaderMap;
+    use axum::response::Redirect;
+    use axum::routing::get;
+    use std::sync::Mutex;
+
+    async fn serve(app: axum::Router) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        base
+    }
+    // Another host, recording the keys it is sent.
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let recorder = seen.clone();
+    let elsewhere = serve(axum::Router::new().route(
+        "/steal",
+        get(move |headers: HeaderMap| async move {
+            let key = headers
+                .get("x-api-key")
+                .map(|v| v.to_str().unwrap().to_owned());
+            recorder.lock().unwrap().push(key.unwrap_or_default());
+            "ok"
+        }),
+    ))
+    .await;
+    let away = format!("{elsewhere}/steal");
+    let service = serve(
+        axum::Router::new()
+            .route(
+                "/moved/{id}",
+                get(|| async { Redirect::temporary("/here") }),
+            )
+            .route(
+                "/away/{id}",
+                get(move || async move { Redirect::temporary(&away) }),
+            )
+            .route(
+                "/here",
+                get(|headers: HeaderMap| async move {
+                    axum::Json(json!({"key": headers.get("x-api-key").is_some()}))
+                }),
+            ),
+    )
+    .await;
+    let tool = |url: String| {
+        let config: HttpToolConfig = serde_json::from_value(json!({
+            "name": "lookup", "description": "d", "access": "read", "url": url,
+            "headers": {"X-Api-Key": "${KEY}"},
+            "parameters": {"type": "object", "required": ["id"],
+                           "properties": {"id": {"type": "string"}}},
+        }))
+        .unwrap();
+        HttpTool::new(config, |_| Some("s3cret".into())).unwrap()
+    };
+    let id = json!({"id": "1"});
+
+    // Within the service, a redirect is followed with the key.
+    let moved = tool(format!("{service}/moved/{{id}}"));
+    assert_eq!(
+        moved.invoke(id.clone()).await.unwrap(),
+        json!({"key": true})
+    );
+    // To another origin it is not followed, and the error says why.
+    let away = tool(format!("{service}/away/{{id}}"));
+    let error = away.invoke(id.clone()).await.unwrap_err().to_string();
+    assert!(
+        error.contains("another origin") && error.contains(&elsewhere),
+        "{error}"
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the other host got a request"
+    );
+    // A service that is down: the cause, not only "error sending request".
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = format!("http://{}/x/{{id}}", closed.local_addr().unwrap());
+    drop(closed);
+    let error = tool(down).invoke(id).await.unwrap_err().to_string();
+    assert!(error.to_lowercase().contains("refused"), "{error}");
 }

@@ -1,9 +1,11 @@
 //! Pending confirmations of write tools, shared by every run of an agent.
 //!
 //! A run that reaches a call needing approval opens a confirmation here and
-//! waits at the call site — in the main loop, in a sub-agent, or inside a
-//! skill's `call-tool`, so the guest simply waits (time in tools does not
-//! count against its CPU limit). Whoever watches the run sees
+//! waits at the call site — in the main loop or in a sub-agent. Deterministic
+//! steps do not wait inside `call-tool`: their invocation is suspended (its
+//! instance given back to the pool), the call waits here, and the steps run
+//! again with the calls answered so far replayed (`agent::skill`). Whoever
+//! watches the run sees
 //! [`AgentEvent::ConfirmationPending`](super::AgentEvent::ConfirmationPending)
 //! and answers by id with [`Confirmations::approve`] or
 //! [`Confirmations::reject`], possibly from another task or another HTTP
@@ -26,6 +28,7 @@ use tokio::sync::oneshot;
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
 use super::ids::RunId;
+use crate::text::clip;
 
 /// A call waiting for a person's approval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -209,23 +212,16 @@ fn summarize(tool: &str, arguments: &Value) -> String {
     let fields = match arguments {
         Value::Object(fields) if fields.is_empty() => return tool.to_owned(),
         Value::Object(fields) => fields,
-        other => return format!("{tool}: {}", clip(&other.to_string())),
+        other => return format!("{tool}: {}", clip(&other.to_string(), SUMMARY_VALUE_CHARS)),
     };
     let shown: Vec<String> = fields
         .iter()
         .map(|(name, value)| match value {
-            Value::String(text) => format!("{name} '{}'", clip(text)),
-            other => format!("{name} {}", clip(&other.to_string())),
+            Value::String(text) => format!("{name} '{}'", clip(text, SUMMARY_VALUE_CHARS)),
+            other => format!("{name} {}", clip(&other.to_string(), SUMMARY_VALUE_CHARS)),
         })
         .collect();
     format!("{tool}: {}", shown.join(", "))
-}
-
-fn clip(text: &str) -> String {
-    match text.char_indices().nth(SUMMARY_VALUE_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
 }
 
 fn http_date<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {

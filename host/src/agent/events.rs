@@ -79,6 +79,20 @@ pub enum Declined {
 }
 
 impl Declined {
+    /// What happened, for a person or a skill's steps.
+    pub(super) fn describe(&self, tool: &str) -> String {
+        match self {
+            Self::Rejected { reason: None } => format!("a person declined `{tool}`"),
+            Self::Rejected {
+                reason: Some(reason),
+            } => format!("a person declined `{tool}`: {reason}"),
+            Self::Expired { after } => format!(
+                "the confirmation for `{tool}` expired after {} s without an answer",
+                after.as_secs()
+            ),
+        }
+    }
+
     /// What the model is told: the call did not run, and what to do now.
     fn tell_model(&self, tool: &str) -> String {
         match self {
@@ -134,16 +148,24 @@ impl CallOutcome {
     /// model: the result itself (a string as is, anything else as JSON),
     /// or `{"error": ...}` saying what happened and what to do.
     pub fn to_tool_content(&self) -> String {
-        let error = match self {
+        match self {
             Self::Done {
                 result: Value::String(text),
-            } => return text.clone(),
-            Self::Done { result } => return result.to_string(),
-            Self::Failed { error } => error.clone(),
-            Self::Refused { reason } => reason.clone(),
-            Self::Declined { tool, why } => why.tell_model(tool),
-        };
-        serde_json::json!({ "error": error }).to_string()
+            } => text.clone(),
+            Self::Done { result } => result.to_string(),
+            _ => serde_json::json!({ "error": self.error_text().unwrap_or_default() }).to_string(),
+        }
+    }
+
+    /// What went wrong and what to do, as the model is told it; `None`
+    /// when the call ran and returned.
+    pub fn error_text(&self) -> Option<String> {
+        match self {
+            Self::Done { .. } => None,
+            Self::Failed { error } => Some(error.clone()),
+            Self::Refused { reason } => Some(reason.clone()),
+            Self::Declined { tool, why } => Some(why.tell_model(tool)),
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! arguments, unknown names, masked, absorbed and out-of-scope functions
 //! are refused and reported back as the call's result, never executed.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -339,7 +339,9 @@ impl RepeatGuard {
     }
 
     fn record(&mut self, name: &str, arguments: &Value) -> Repeat {
-        let key = (name.to_owned(), canonical(arguments).to_string());
+        // serde_json's maps keep keys sorted (no `preserve_order`), so the
+        // text is the same whatever order the model wrote them in.
+        let key = (name.to_owned(), arguments.to_string());
         let times = self.seen.entry(key).or_default();
         *times += 1;
         match (*times).cmp(&self.limit) {
@@ -349,27 +351,6 @@ impl RepeatGuard {
             },
             std::cmp::Ordering::Greater => Repeat::Stop { times: *times },
         }
-    }
-}
-
-/// `value` with every object's keys in sorted order, so that two calls
-/// that differ only in key order compare equal.
-fn canonical(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let sorted: BTreeMap<&String, Value> = map
-                .iter()
-                .map(|(key, value)| (key, canonical(value)))
-                .collect();
-            Value::Object(
-                sorted
-                    .into_iter()
-                    .map(|(key, value)| (key.clone(), value))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(canonical).collect()),
-        other => other.clone(),
     }
 }
 

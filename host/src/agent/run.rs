@@ -175,11 +175,6 @@ impl<T: Send + 'static> RunHandle<T> {
             .map_err(|error| AgentError::Aborted(error.to_string()))?
     }
 
-    /// Whether the run has ended.
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
-
     /// Stops the run; its pending confirmations are withdrawn.
     pub fn abort(&self) {
         self.task.abort();
@@ -358,10 +353,8 @@ impl RunContext {
         {
             let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
             stats.llm_calls += 1;
-            if let Some(usage) = response.usage {
-                stats.usage.prompt_tokens += usage.prompt_tokens;
-                stats.usage.completion_tokens += usage.completion_tokens;
-                stats.usage.total_tokens += usage.total_tokens;
+            if let Some(usage) = &response.usage {
+                stats.usage.add(usage);
             }
         }
         if let Some(usage) = response.usage {
@@ -390,7 +383,9 @@ impl RunContext {
         match &result {
             Ok(_) => span.finish(Ok(())),
             Err(CallError::Tool(error)) => span.finish(Err(error)),
-            Err(CallError::Declined(_)) => span.finish(Err(&ToolError::Declined(tool.to_owned()))),
+            Err(CallError::Declined(why)) => {
+                span.finish(Err(&ToolError::Declined(why.describe(tool))));
+            }
         }
         result
     }
@@ -558,11 +553,14 @@ impl Journal {
         if before.tool == tool && before.arguments == *arguments {
             return Some(before.answer.clone());
         }
+        let changed = if before.tool == tool {
+            format!("called `{tool}` with other arguments than before")
+        } else {
+            format!("called `{tool}` where they had called `{}`", before.tool)
+        };
         Some(Err(ToolError::Failed(format!(
-            "not executed: run again after an approval, the steps called `{tool}` where they \
-             had called `{}` with other arguments; deterministic steps must make the same \
-             calls given the same input and answers",
-            before.tool
+            "not executed: run again after an approval, the steps {changed}; deterministic \
+             steps must make the same calls given the same input and answers"
         ))))
     }
 }
@@ -597,7 +595,7 @@ impl StepsDispatch {
 pub(super) fn steps_error(tool: &str, error: CallError) -> ToolError {
     match error {
         CallError::Tool(error) => error,
-        CallError::Declined(_) => ToolError::Declined(tool.to_owned()),
+        CallError::Declined(why) => ToolError::Declined(why.describe(tool)),
     }
 }
 
@@ -661,7 +659,9 @@ mod tests {
         journal.record(
             "applyRefund".into(),
             json!({"orderId": "88231"}),
-            Err(ToolError::Declined("applyRefund".into())),
+            Err(ToolError::Declined(
+                "a person declined `applyRefund`".into(),
+            )),
         );
         assert_eq!(journal.replayed, 2);
 

@@ -24,8 +24,8 @@ pub enum AgentError {
     /// deterministic steps still run without one
     /// ([`Agent::start_skill`]), unless their steps hand over.
     #[error(
-        "no LLM is configured (set OPENAI_BASE_URL, OPENAI_API_KEY and SKILLHOST_MODEL); \
-         only skills with deterministic steps can run"
+        "no LLM is configured, so only skills with deterministic steps can run; {}",
+        crate::agent::llm::HOW_TO_CONFIGURE
     )]
     NotConfigured,
     /// An LLM call failed (after the client's retries).
@@ -162,10 +162,16 @@ impl AgentBuilder {
 
     /// The agent.
     pub fn build(self) -> Agent {
+        let tools = self.tools.unwrap_or_else(|| self.skills.tools().clone());
+        for name in &self.config.disclosure.keep_public {
+            if !tools.contains(name) {
+                tracing::warn!(tool = %name, "keep_public names a tool that is not registered");
+            }
+        }
         Agent {
             inner: Arc::new(AgentInner {
                 llm: self.llm,
-                tools: self.tools.unwrap_or_else(|| self.skills.tools().clone()),
+                tools,
                 skills: self.skills,
                 config: self.config,
                 confirmations: Confirmations::default(),

@@ -9,9 +9,9 @@ use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use skillhost::agent::llm::LlmClient;
-use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle, RunOutput};
+use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle};
 
-use super::{HostArgs, LoadedHost};
+use super::{HostArgs, load_skills};
 
 /// How the LLM is configured, for the commands' `--help`.
 pub const LLM_HELP: &str = "The LLM is any OpenAI-compatible chat-completions server: set \
@@ -21,17 +21,39 @@ pub const LLM_HELP: &str = "The LLM is any OpenAI-compatible chat-completions se
     your approval: the run prints the confirmation's id, tool, arguments and summary and asks \
     y/n on the terminal. --yes or --no answer every confirmation without asking, for scripts.";
 
-/// The main agent's settings, for `ask` and `chat`.
+/// How write-tool confirmations are answered, for `run`, `ask` and `chat`.
 #[derive(Debug, clap::Args)]
-pub struct AgentArgs {
+pub struct ApprovalArgs {
     /// Approve every pending confirmation without asking.
     #[arg(long, conflicts_with = "no")]
     yes: bool,
-    /// Reject every pending confirmation without asking; the model is told.
+    /// Reject every pending confirmation without asking (the write does not
+    /// run; the skill or the model is told).
     #[arg(long)]
     no: bool,
+}
+
+impl ApprovalArgs {
+    /// How pending confirmations are answered: `--yes`, `--no`, or asked.
+    pub fn answerer(&self) -> Answerer {
+        if self.yes {
+            Answerer::Approve
+        } else if self.no {
+            Answerer::Reject
+        } else {
+            Answerer::Ask
+        }
+    }
+}
+
+/// The main agent's settings, for `ask` and `chat`.
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub(super) approval: ApprovalArgs,
     /// Tools the main agent keeps seeing even when skills absorb them,
-    /// comma-separated (article 003: queryOrder,searchKnowledge,getCurrentTime).
+    /// comma-separated; e.g. queryOrder,searchKnowledge,getCurrentTime, which
+    /// the demo's skills would otherwise hide until one is loaded.
     #[arg(
         long,
         value_name = "TOOL",
@@ -52,24 +74,13 @@ impl AgentArgs {
     pub async fn agent(&self) -> anyhow::Result<Agent> {
         let file = self.host.config_file()?;
         let llm = LlmClient::new(file.llm_config()?)?;
-        let loaded = LoadedHost::load(&self.host, &file).await?;
+        let skills = load_skills(&self.host, &file).await?;
         let keep_public = (!self.keep_public.is_empty()).then(|| self.keep_public.clone());
         let config = file.agent_config(keep_public);
-        Ok(Agent::builder(Arc::new(loaded.skills))
+        Ok(Agent::builder(Arc::new(skills))
             .llm(llm)
             .config(config)
             .build())
-    }
-
-    /// How pending confirmations are answered: `--yes`, `--no`, or asked.
-    pub fn answerer(&self) -> Answerer {
-        if self.yes {
-            Answerer::Approve
-        } else if self.no {
-            Answerer::Reject
-        } else {
-            Answerer::Ask
-        }
     }
 }
 
@@ -140,13 +151,13 @@ impl Answerer {
 
 /// Follows `run` to its end: hands each event to `show` as it happens and
 /// answers each pending confirmation with `answerer`.
-pub async fn follow(
+pub async fn follow<T: Send + 'static>(
     agent: &Agent,
-    mut run: RunHandle<RunOutput>,
+    mut run: RunHandle<T>,
     answerer: &Answerer,
     input: &mut Input,
     mut show: impl FnMut(&AgentEvent),
-) -> anyhow::Result<RunOutput> {
+) -> anyhow::Result<T> {
     while let Some(event) = run.events.recv().await {
         show(&event);
         if let AgentEvent::ConfirmationPending(pending) = &event {

@@ -33,7 +33,7 @@ pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
     let output = follow(
         &agent,
         run,
-        &args.agent.answerer(),
+        &args.agent.approval.answerer(),
         &mut Input::stdin(),
         |event| {
             if args.json {

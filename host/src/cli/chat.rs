@@ -30,7 +30,7 @@ pub struct ChatArgs {
 
 pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let agent = args.agent.agent().await?;
-    let answerer = args.agent.answerer();
+    let answerer = args.agent.approval.answerer();
     let mut input = Input::stdin();
     eprintln!("chatting with the main agent; `exit`, `quit` or Ctrl-D ends the session");
     let mut conversation: Vec<Message> = Vec::new();

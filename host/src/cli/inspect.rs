@@ -75,7 +75,8 @@ struct ManifestReport {
 struct SignatureReport {
     /// The file carries a readable signature section.
     signed: bool,
-    /// The wasmsign2 key ids the signatures name.
+    /// The keys the signatures name (wasmsign2 key ids, which are
+    /// fingerprints for keys `skillhost keygen` makes).
     key_ids: Vec<String>,
     /// `trusted`, one of [`SignatureError::kind`], or `no_trust_store`.
     status: &'static str,
@@ -270,9 +271,9 @@ fn print_report(report: &Report) {
     let signature = &report.signature;
     if signature.signed {
         let ids = if signature.key_ids.is_empty() {
-            "no key id".to_owned()
+            "no key named".to_owned()
         } else {
-            format!("key id {}", signature.key_ids.join(", "))
+            format!("by key {}", signature.key_ids.join(", "))
         };
         println!("signature:   signed ({ids})");
     } else if signature.status == SignatureError::Unsigned.kind() {

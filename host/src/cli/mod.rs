@@ -148,7 +148,8 @@ fn default_cache_dir() -> Option<PathBuf> {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a skill's deterministic steps against the demo tools (and the config file's HTTP
-    /// tools) and print the result.
+    /// tools) and print the result; a write tool waits for your y/n (--yes/--no for scripts)
+    /// unless the config file's confirmation policy says otherwise.
     Run {
         /// The skill's name, e.g. processRefund.
         skill: String,
@@ -158,6 +159,8 @@ enum Command {
         /// Print the whole report (result, tool calls, timing) as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        approval: agent::ApprovalArgs,
         #[command(flatten)]
         host: HostArgs,
     },
@@ -202,14 +205,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             skill,
             input,
             json,
+            approval,
             host,
         } => {
-            let loaded = LoadedHost::load(&host, &host.config_file()?).await?;
-            skills::run(&loaded, &skill, &input, json).await
+            let file = host.config_file()?;
+            let loaded = load_skills(&host, &file).await?;
+            let agent = file.agent_config(None);
+            skills::run(loaded, agent, &skill, &input, json, &approval.answerer()).await
         }
         Command::Skills { json, host } => {
-            let loaded = LoadedHost::load(&host, &host.config_file()?).await?;
-            skills::list(&loaded.skills, json)
+            let loaded = load_skills(&host, &host.config_file()?).await?;
+            skills::list(&loaded, json)
         }
         Command::Serve(args) => serve::serve(&args).await,
         Command::Keygen(args) => sign::keygen(&args),
@@ -223,35 +229,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The skills of a directory over the demo tools.
-struct LoadedHost {
-    skills: SkillRegistry,
-    tools: Arc<ToolRegistry>,
-}
-
-impl LoadedHost {
-    /// The skills of `--skills` over the demo tools on `--db` and the
-    /// config file's HTTP tools, in its sandbox.
-    async fn load(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Self> {
-        let db = Arc::new(DemoDb::open(&args.db)?);
-        let mut tools = ToolRegistry::new();
-        demo::register_all(&mut tools, db)?;
-        for tool in file.http_tools()? {
-            tools.register(tool)?;
-        }
-        let tools = Arc::new(tools);
-        let policy = args.signature_policy()?;
-        let runtime = Runtime::new(args.runtime_config(file)?)?;
-        let skills = SkillRegistry::load_dir_with_progress(
-            runtime,
-            tools.clone(),
-            policy,
-            args.skills_dir()?,
-            progress::loading_skills(),
-        )
-        .await?;
-        Ok(Self { skills, tools })
+/// The skills of `--skills` over the demo tools on `--db` and the config
+/// file's HTTP tools, in its sandbox.
+async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<SkillRegistry> {
+    // Settings first, so that a mistake in them creates no database.
+    let policy = args.signature_policy()?;
+    let skills_dir = args.skills_dir()?;
+    let runtime = Runtime::new(args.runtime_config(file)?)?;
+    let db = Arc::new(DemoDb::open(&args.db)?);
+    let mut tools = ToolRegistry::new();
+    demo::register_all(&mut tools, db)?;
+    for tool in file.http_tools()? {
+        tools.register(tool)?;
     }
+    Ok(SkillRegistry::load_dir_with_progress(
+        runtime,
+        Arc::new(tools),
+        policy,
+        skills_dir,
+        progress::loading_skills(),
+    )
+    .await?)
 }
 
 /// Where a setting of `paths` comes from, for an error about them: the

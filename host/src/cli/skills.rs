@@ -1,61 +1,95 @@
 //! `skillhost run` and `skillhost skills`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::Context;
 use serde_json::{Value, json};
 
+use skillhost::agent::{Agent, AgentConfig, AgentEvent, CallOutcome};
 use skillhost::runtime::RunOutcome;
 use skillhost::skills::SkillRegistry;
 
-use super::LoadedHost;
+use super::agent::{Answerer, Input, follow};
+use super::trace::Trace;
 
+/// `skillhost run`: the skill's deterministic steps, as the agent would
+/// run them — with the config file's confirmation policy, each write that
+/// needs approval answered by `answerer` — without a model: steps that hand
+/// over to the sub-agent end the command with the note.
 pub async fn run(
-    host: &LoadedHost,
+    skills: SkillRegistry,
+    agent: AgentConfig,
     name: &str,
     input: &str,
     json: bool,
+    answerer: &Answerer,
 ) -> anyhow::Result<ExitCode> {
-    let snapshot = host.skills.snapshot();
+    let snapshot = skills.snapshot();
     let Some(skill) = snapshot.get(name) else {
-        let known: Vec<_> = snapshot
-            .skills()
-            .map(|s| s.component.name().to_string())
-            .collect();
-        anyhow::bail!(
-            "no skill named `{name}` is loaded (loaded: {})",
-            known.join(", ")
-        );
+        anyhow::bail!("{}", snapshot.not_loaded(name));
     };
+    if !skill.component.manifest().has_steps {
+        anyhow::bail!(
+            "skill `{name}` has no deterministic steps: its sub-agent runs it with a model; \
+             ask the agent instead (`skillhost ask` or `skillhost chat`, with a model configured)"
+        );
+    }
     let input: Value = serde_json::from_str(input).context("--input is not valid JSON")?;
-    let report = skill.component.run(&input, host.tools.clone()).await?;
-    let calls: Vec<_> = report
-        .tool_calls
-        .iter()
-        .map(|call| json!({ "tool": call.tool, "error": call.error }))
-        .collect();
+    let agent = Agent::builder(Arc::new(skills)).config(agent).build();
+    let started = Instant::now();
+    let handle = agent.start_skill(name, input)?;
+    let mut trace = Trace::default();
+    let mut calls = Vec::new();
+    let mut handover = None;
+    let output = follow(&agent, handle, answerer, &mut Input::stdin(), |event| {
+        match event {
+            AgentEvent::ToolCalled { tool, outcome, .. } => {
+                calls.push(json!({ "tool": tool, "error": outcome.error_text() }));
+            }
+            AgentEvent::SkillHandover { note, .. } => handover = Some(note.clone()),
+            _ => {}
+        }
+        // The steps' calls and confirmations; not the agent's framing of
+        // the skill call, which `run` makes itself.
+        if !json
+            && !matches!(
+                event,
+                AgentEvent::SkillStarted { .. } | AgentEvent::SkillFinished { .. }
+            )
+        {
+            trace.print(event);
+        }
+    })
+    .await;
+    let elapsed = started.elapsed();
+    // Without a model the sub-agent cannot take over: the run then fails,
+    // and the note is what `run` has to show.
+    let outcome = match (output, handover) {
+        (_, Some(note)) => RunOutcome::Handover(note),
+        (Ok(output), None) => match output.outcome {
+            CallOutcome::Done { result } => RunOutcome::Done(result),
+            failed => anyhow::bail!("{}", failed.error_text().unwrap_or_default()),
+        },
+        (Err(error), None) => return Err(error),
+    };
     if json {
-        let (kind, value) = match &report.outcome {
-            RunOutcome::Done(result) => ("done", result.clone()),
-            RunOutcome::Handover(note) => ("handover", Value::String(note.clone())),
+        let (kind, value) = match outcome {
+            RunOutcome::Done(result) => ("done", result),
+            RunOutcome::Handover(note) => ("handover", Value::String(note)),
         };
         let report = json!({
             "skill": name,
             "outcome": kind,
             "result": value,
             "tool_calls": calls,
-            "elapsed_us": report.elapsed.as_micros() as u64,
+            "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for call in &report.tool_calls {
-        match &call.error {
-            None => eprintln!("tool {}: ok", call.tool),
-            Some(error) => eprintln!("tool {}: {error}", call.tool),
-        }
-    }
-    match report.outcome {
+    match outcome {
         RunOutcome::Done(result) => {
             println!("{}", serde_json::to_string_pretty(&result)?);
             Ok(ExitCode::SUCCESS)

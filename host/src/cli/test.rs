@@ -50,19 +50,12 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let selected: Vec<_> = if args.names.is_empty() {
         snapshot.skills().collect()
     } else {
-        let loaded: Vec<String> = snapshot
-            .skills()
-            .map(|skill| skill.component.name().to_string())
-            .collect();
         args.names
             .iter()
             .map(|name| {
-                snapshot.get(name).with_context(|| {
-                    format!(
-                        "no skill named `{name}` is loaded (loaded: {})",
-                        loaded.join(", ")
-                    )
-                })
+                snapshot
+                    .get(name)
+                    .with_context(|| snapshot.not_loaded(name))
             })
             .collect::<anyhow::Result<_>>()?
     };
@@ -119,7 +112,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .count()
     };
     let passed = count(|verdict| matches!(verdict, Verdict::Passed));
-    let failed = count(|verdict| matches!(verdict, Verdict::Failed { .. })) + load_failures.len();
+    let failed = count(|verdict| matches!(verdict, Verdict::Failed { .. }));
     let skipped = count(|verdict| matches!(verdict, Verdict::Skipped { .. }));
     if args.json {
         let summary = json!({
@@ -132,9 +125,14 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
         });
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
-        println!("cases: {passed} passed, {failed} failed, {skipped} skipped");
+        let unloaded = match load_failures.len() {
+            0 => String::new(),
+            1 => "; 1 file did not load".to_owned(),
+            files => format!("; {files} files did not load"),
+        };
+        println!("cases: {passed} passed, {failed} failed, {skipped} skipped{unloaded}");
     }
-    Ok(if failed > 0 {
+    Ok(if failed > 0 || !load_failures.is_empty() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
@@ -178,7 +176,7 @@ fn print_report(report: &CaseReport) {
                 println!("       result: {result}");
             }
         }
-        Verdict::Skipped { reason } => println!("SKIP {title}: skipped: {reason}"),
+        Verdict::Skipped { reason } => println!("SKIP {title}: {reason}"),
     }
     if !report.auto_approved.is_empty() {
         println!("       auto-approved: {}", report.auto_approved.join(", "));

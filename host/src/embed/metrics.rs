@@ -20,7 +20,7 @@
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
 //! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
 //! | `skillhost_instances_waiting` | | invocations and loads waiting for a free slot |
-//! | `skillhost_http_requests_total` | `route`, `method`, `status` | gateway requests |
+//! | `skillhost_http_requests_total` | `route`, `method` (standard methods, else `other`), `status` | gateway requests |
 //! | `skillhost_http_request_duration_seconds` | `route` | gateway latency until the response starts |
 //! | `skillhost_http_errors_total` | `code` | gateway error responses by error code |
 
@@ -95,8 +95,19 @@ struct OutcomeLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct HttpRequest {
     route: String,
-    method: String,
+    method: &'static str,
     status: u16,
+}
+
+/// `method` as a label value: one of HTTP's standard methods, or `other`.
+fn method_label(method: &str) -> &'static str {
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    STANDARD
+        .into_iter()
+        .find(|standard| *standard == method)
+        .unwrap_or("other")
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -374,8 +385,10 @@ impl HostMetrics {
     }
 
     /// One gateway request: `route` is the route's pattern (e.g.
-    /// `/v1/skills/{name}`), never the raw path, so label values stay few.
-    /// `error_code` is the error's `code` when the response is an error.
+    /// `/v1/skills/{name}`), never the raw path, and a method outside HTTP's
+    /// standard ones counts as `other`, so that clients cannot add label
+    /// values. `error_code` is the error's `code` when the response is an
+    /// error.
     pub fn record_http(
         &self,
         route: &str,
@@ -387,7 +400,7 @@ impl HostMetrics {
         self.http_requests
             .get_or_create(&HttpRequest {
                 route: route.to_owned(),
-                method: method.to_owned(),
+                method: method_label(method),
                 status,
             })
             .inc();

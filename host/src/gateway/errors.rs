@@ -211,9 +211,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
                 "the body must be JSON, sent with `Content-Type: application/json`",
             ));
         }
+        let limit = request.extensions().get::<BodyLimit>().copied();
         let bytes = Bytes::from_request(request, state)
             .await
-            .map_err(|rejection| body_error(&rejection))?;
+            .map_err(|rejection| body_error(&rejection, limit))?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -229,13 +230,22 @@ fn is_json(content_type: Option<&HeaderValue>) -> bool {
             .is_some_and(|(_, suffix)| suffix.eq_ignore_ascii_case("json"))
 }
 
-fn body_error(rejection: &BytesRejection) -> ApiError {
+/// The gateway's body limit in bytes, as a request extension, so that a
+/// body over it is refused with the figure.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BodyLimit(pub(super) usize);
+
+fn body_error(rejection: &BytesRejection, limit: Option<BodyLimit>) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        let limit = limit.map_or_else(String::new, |BodyLimit(bytes)| format!(" {bytes} bytes"));
         return ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             ErrorType::InvalidRequestError,
             "body_too_large",
-            "the request body is larger than this gateway accepts (see its body limit)",
+            format!(
+                "the request body is larger than the{limit} this gateway accepts (its body \
+                 limit: `--body-limit` or `[server] body_limit` for `skillhost serve`)"
+            ),
         );
     }
     ApiError::bad_request(

@@ -77,13 +77,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, OriginalUri, Request, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -155,7 +155,7 @@ struct AppState {
     host: SkillHost,
     config: GatewayConfig,
     keys: Keys,
-    parking: Parking,
+    parking: Arc<Parking>,
     /// Set when the gateway shuts down: event streams end.
     closing: watch::Sender<bool>,
 }
@@ -171,7 +171,7 @@ impl Gateway {
                 host,
                 config,
                 keys,
-                parking: Parking::default(),
+                parking: Arc::default(),
                 closing: watch::Sender::new(false),
             }),
         }
@@ -203,6 +203,7 @@ impl Gateway {
             .fallback(errors::not_found)
             .method_not_allowed_fallback(errors::method_not_allowed)
             .layer(DefaultBodyLimit::max(state.config.body_limit))
+            .layer(Extension(errors::BodyLimit(state.config.body_limit)))
             .layer(from_fn_with_state(state.clone(), time_limit))
             .layer(CatchPanicLayer::custom(errors::panic_response))
             .layer(from_fn_with_state(state.clone(), track))

@@ -8,7 +8,8 @@
 //! and withdraws its confirmations.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use crate::agent::llm::Usage;
 use crate::agent::{AgentError, AgentEvent, Confirmations, PendingConfirmation, RunHandle, RunId};
@@ -122,9 +123,7 @@ fn take(
     on_event: &mut impl FnMut(&AgentEvent),
 ) -> Option<PendingConfirmation> {
     if let AgentEvent::Usage { usage: used, .. } = &event {
-        usage.prompt_tokens += used.prompt_tokens;
-        usage.completion_tokens += used.completion_tokens;
-        usage.total_tokens += used.total_tokens;
+        usage.add(used);
     }
     on_event(&event);
     match event {
@@ -170,20 +169,30 @@ pub struct Parking {
 impl Parking {
     /// Parks `run` until `pending` is answered. Runs whose confirmation is
     /// no longer pending (it expired, or was answered some other way) are
-    /// let go first: they end on their own.
-    pub fn park(&self, pending: &PendingConfirmation, run: Parked, confirmations: &Confirmations) {
+    /// let go first: they end on their own. This run is let go, too, once
+    /// its confirmation has expired, even if nothing else is parked by then.
+    pub fn park(
+        self: &Arc<Self>,
+        pending: &PendingConfirmation,
+        run: Parked,
+        confirmations: &Confirmations,
+    ) {
         let mut runs = self.lock();
-        let stale: Vec<String> = runs
-            .keys()
-            .filter(|id| confirmations.get(id).is_none())
-            .cloned()
-            .collect();
-        for id in stale {
-            if let Some(parked) = runs.remove(&id) {
-                parked.detach();
-            }
-        }
+        let_go_of_stale(&mut runs, confirmations);
         runs.insert(pending.id.to_string(), run);
+        drop(runs);
+        let parking = Arc::downgrade(self);
+        let confirmations = confirmations.clone();
+        let expiry = pending
+            .expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        tokio::spawn(async move {
+            tokio::time::sleep(expiry + EXPIRY_GRACE).await;
+            if let Some(parking) = parking.upgrade() {
+                let_go_of_stale(&mut parking.lock(), &confirmations);
+            }
+        });
     }
 
     /// Takes the run parked under `id`, if any.
@@ -193,5 +202,23 @@ impl Parking {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Parked>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Time after a confirmation's expiry before its parked run is let go: the
+/// run's own expiry timer declines the call first.
+const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+/// Lets go of the runs whose confirmation is no longer pending.
+fn let_go_of_stale(runs: &mut HashMap<String, Parked>, confirmations: &Confirmations) {
+    let stale: Vec<String> = runs
+        .keys()
+        .filter(|id| confirmations.get(id).is_none())
+        .cloned()
+        .collect();
+    for id in stale {
+        if let Some(parked) = runs.remove(&id) {
+            parked.detach();
+        }
     }
 }

@@ -107,7 +107,7 @@ pub async fn finish_invocation(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     ErrorType::SkillError,
                     "skill_failed",
-                    failed.to_tool_content(),
+                    failed.error_text().unwrap_or_default(),
                 )),
             }
         }
@@ -127,18 +127,7 @@ pub async fn finish_invocation(
 }
 
 fn unknown_skill(snapshot: &SkillSnapshot, name: &str) -> ApiError {
-    let loaded: Vec<&str> = snapshot
-        .skills()
-        .map(|skill| skill.component.name().as_str())
-        .collect();
-    ApiError::not_found(
-        "skill_not_found",
-        format!(
-            "no skill named `{name}` is loaded; loaded: {}",
-            loaded.join(", ")
-        ),
-    )
-    .with_param("name")
+    ApiError::not_found("skill_not_found", snapshot.not_loaded(name)).with_param("name")
 }
 
 /// A skill as the API shows it. `status` is `loaded`, or `stale` when the

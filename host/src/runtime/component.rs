@@ -429,6 +429,7 @@ async fn describe(
     pre: &SkillPre<HostState>,
     imports_wasi: bool,
 ) -> Result<(types::Manifest, String), LoadError> {
+    // Named in the guest's log lines until its manifest names it.
     let placeholder = SkillName::new("loading").expect("a valid name");
     let limits = runtime.config().limits;
     let new_store = || {
@@ -454,11 +455,23 @@ async fn describe(
         Err(trap) => Err(trap),
     };
     store.data_mut().flush_captured_output();
-    let (manifest, instructions) = result
-        .map_err(|trap| LoadError::Describe(store.data_mut().classify_trap(&trap).to_string()))?;
+    let (manifest, instructions) =
+        result.map_err(|trap| describe_failed(store.data_mut().classify_trap(&trap)))?;
     let size = manifest.parameters.len() + manifest.description.len() + instructions.len();
     if let Some(error) = store.data().output_too_large(size) {
-        return Err(LoadError::Describe(error.to_string()));
+        return Err(describe_failed(error));
     }
     Ok((manifest, instructions))
+}
+
+/// Why reading a manifest failed, without the placeholder name the store
+/// carried (the skill has no name until its manifest is read).
+fn describe_failed(error: InvokeError) -> LoadError {
+    LoadError::Describe(match error {
+        InvokeError::LimitExceeded { limit, detail, .. } => {
+            format!("the guest hit its {limit} limit: {detail}")
+        }
+        InvokeError::Trap { message, .. } => format!("the guest trapped: {message}"),
+        other => other.to_string(),
+    })
 }

@@ -20,6 +20,15 @@ pub type RawManifest = wit::Manifest;
 /// `load_skill`; no skill may take it.
 pub const LOAD_SKILL: &str = "load_skill";
 
+/// Whether `name` can name a function an LLM calls (a skill or a tool):
+/// ASCII letter first, then letters, digits, `_` or `-`, at most 64 bytes.
+pub(crate) fn is_function_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    name.len() <= 64
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// A skill's name: what an LLM calls. ASCII letter first, then letters,
 /// digits, `_` or `-`, at most 64 bytes (the limit OpenAI-compatible APIs put
 /// on function names).
@@ -29,11 +38,7 @@ pub struct SkillName(String);
 
 impl SkillName {
     pub fn new(name: &str) -> Result<Self, ManifestError> {
-        let mut chars = name.chars();
-        let valid = name.len() <= 64
-            && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid {
+        if !is_function_name(name) {
             return Err(ManifestError::InvalidName(name.to_owned()));
         }
         if name == LOAD_SKILL {
@@ -193,11 +198,11 @@ fn resolve_test_case(
     };
     let input: Value = serde_json::from_str(&case.input)
         .map_err(|e| invalid(format!("input is not valid JSON: {e}")))?;
-    if let Some(error) = validator.iter_errors(&input).next() {
-        return Err(invalid(format!(
-            "input does not match the parameters schema: {error}"
-        )));
-    }
+    crate::schema::check(validator, &input).map_err(|violations| {
+        invalid(format!(
+            "input does not match the parameters schema: {violations}"
+        ))
+    })?;
     Ok(TestCase {
         name: case.name,
         input,

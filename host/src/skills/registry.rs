@@ -141,12 +141,23 @@ enum FileError {
         MAX_SKILL_FILE_BYTES >> 20
     )]
     TooLarge { bytes: u64 },
-    #[error("signature refused: {0}")]
+    #[error("{}", signature_refusal(.0))]
     Signature(#[source] SignatureError),
     #[error(transparent)]
     Load(#[from] LoadError),
     #[error("skill name `{name}` is already taken by {}", holder.display())]
     NameTaken { name: SkillName, holder: PathBuf },
+}
+
+/// A refused signature check, said as what is wrong with the file: a file
+/// that cannot be read as WebAssembly never got as far as its signature.
+fn signature_refusal(error: &SignatureError) -> String {
+    match error {
+        SignatureError::Truncated(_) | SignatureError::Malformed(_) => {
+            format!("not a readable component: {error}")
+        }
+        _ => format!("signature refused: {error}"),
+    }
 }
 
 impl FileError {
@@ -201,6 +212,21 @@ impl SkillSnapshot {
     /// Every loaded skill, by name.
     pub fn skills(&self) -> impl Iterator<Item = &LoadedSkill> {
         self.skills.values()
+    }
+
+    /// Why `name` finds no skill, for a person: the skills loaded, and the
+    /// one meant when only the case differs.
+    pub fn not_loaded(&self, name: &str) -> String {
+        let loaded: Vec<&str> = self.skills.keys().map(SkillName::as_str).collect();
+        let meant = loaded
+            .iter()
+            .find(|loaded| loaded.eq_ignore_ascii_case(name))
+            .map(|loaded| format!("; did you mean `{loaded}`?"))
+            .unwrap_or_default();
+        format!(
+            "no skill named `{name}` is loaded (loaded: {}){meant}",
+            loaded.join(", ")
+        )
     }
 
     /// Every file whose latest content did not load, by path.
@@ -304,6 +330,17 @@ pub struct SkillVersion {
     pub version: String,
     /// `sha256:<hex>` of the component file's bytes.
     pub digest: String,
+}
+
+impl std::fmt::Display for SkillVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ({})", self.name, self.version, self.digest)
+    }
+}
+
+/// A version for a log line: `none` when there is none.
+fn logged(version: Option<&SkillVersion>) -> String {
+    version.map_or_else(|| "none".to_owned(), SkillVersion::to_string)
 }
 
 impl SkillVersion {
@@ -744,10 +781,10 @@ impl SkillRegistry {
     fn emit(&self, event: &ReloadEvent) {
         match &event.outcome {
             ReloadOutcome::Rejected { reason, .. } => {
-                tracing::warn!(path = %event.path.display(), %reason, serving = ?event.new, "skill update refused")
+                tracing::warn!(path = %event.path.display(), %reason, serving = logged(event.new.as_ref()), "skill update refused")
             }
             outcome => {
-                tracing::info!(path = %event.path.display(), ?outcome, old = ?event.old, new = ?event.new, "skills reloaded")
+                tracing::info!(path = %event.path.display(), ?outcome, old = logged(event.old.as_ref()), new = logged(event.new.as_ref()), "skills reloaded")
             }
         }
         // No subscribers is fine: events are for whoever listens.

@@ -59,8 +59,8 @@ pub enum SignatureError {
         describe_key_ids(key_ids)
     )]
     UnknownKey {
-        /// wasmsign2 key ids (hex) the signatures carry; empty when they
-        /// carry none.
+        /// wasmsign2 key ids (hex) the signatures carry — the signers'
+        /// fingerprints; empty when they carry none.
         key_ids: Vec<String>,
     },
     /// A trusted key signed this file, but the file changed since.
@@ -72,7 +72,10 @@ pub enum SignatureError {
         how: Tamper,
     },
     /// The file ends early: a section runs past its end.
-    #[error("truncated: {0}")]
+    #[error(
+        "truncated: {0}; the file ends early, as an interrupted copy leaves it (write a \
+         file under a temporary name, then rename it into place)"
+    )]
     Truncated(String),
     /// The file or its signature section cannot be parsed.
     #[error("malformed: {0}")]
@@ -95,9 +98,9 @@ impl SignatureError {
 
 fn describe_key_ids(key_ids: &[String]) -> String {
     if key_ids.is_empty() {
-        " (the signatures carry no key id)".into()
+        " (the signatures name no key)".into()
     } else {
-        format!(" (signed with key id {})", key_ids.join(", "))
+        format!(" (signed by key {})", key_ids.join(", "))
     }
 }
 

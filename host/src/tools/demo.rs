@@ -687,12 +687,16 @@ mod tests {
         let conn = rusqlite::Connection::open(&path).unwrap();
         conn.pragma_update(None, "user_version", 2).unwrap();
         drop(conn);
+        let error = DemoDb::open(&path).err().expect("refused");
         assert!(matches!(
-            DemoDb::open(&path),
-            Err(DemoDbError::UnsupportedSchema {
+            error,
+            DemoDbError::UnsupportedSchema {
                 found: 2,
-                supported: 1
-            })
+                supported: 1,
+                ..
+            }
         ));
+        let message = error.to_string();
+        assert!(message.contains(&path.display().to_string()) && message.contains("delete it"));
     }
 }

@@ -14,7 +14,8 @@
 //!
 //! A call fills each `{field}` of the URL with that argument,
 //! percent-encoded (so an argument can never change the host or add path
-//! segments), and sends the remaining arguments as the query string (`GET`,
+//! segments; a value that would make a `.` or `..` segment, which the URL
+//! parser resolves to another path, is refused), and sends the remaining arguments as the query string (`GET`,
 //! `DELETE`) or as a JSON body (`POST`, `PUT`, `PATCH`). `${VAR}` in a header
 //! value is replaced by the environment variable `VAR` when the tool is
 //! built — a missing variable is an error, never an empty header — and
@@ -185,6 +186,7 @@ impl HttpTool {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .user_agent(concat!("skillhost/", env!("CARGO_PKG_VERSION")))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| invalid(format!("cannot build an HTTP client: {e}")))?;
         Ok(Self {
@@ -207,6 +209,7 @@ impl HttpTool {
         mut arguments: Map<String, Value>,
     ) -> Result<(String, Map<String, Value>), ToolError> {
         let mut url = String::new();
+        let mut placed = Vec::new();
         for piece in &self.template {
             match piece {
                 Piece::Literal(text) => url.push_str(text),
@@ -225,9 +228,40 @@ impl HttpTool {
                             });
                         }
                     };
+                    let start = url.len();
                     percent_encode(&text, &mut url);
+                    placed.push((field, start..url.len()));
                 }
             }
+        }
+        let path = path_range(&url);
+        for segment in url[path.clone()]
+            .split('/')
+            .scan(path.start, |start, segment| {
+                let range = *start..*start + segment.len();
+                *start = range.end + 1;
+                Some(range)
+            })
+        {
+            if !is_dot_segment(&url[segment.clone()]) {
+                continue;
+            }
+            // Literal dot segments are refused with the template, so a
+            // field made this one.
+            let fields: Vec<_> = placed
+                .iter()
+                .filter(|(_, at)| at.start < segment.end && segment.start < at.end)
+                .map(|(field, _)| format!("`{field}`"))
+                .collect();
+            return Err(ToolError::InvalidArguments {
+                tool: self.spec.name.clone(),
+                message: format!(
+                    "field {} would make the path segment `{}`, which moves the request to \
+                     another path",
+                    fields.join(" and "),
+                    &url[segment]
+                ),
+            });
         }
         Ok((url, arguments))
     }
@@ -268,7 +302,7 @@ impl Tool for HttpTool {
         let response = request
             .send()
             .await
-            .map_err(|e| failed(e.without_url().to_string()))?;
+            .map_err(|e| failed(crate::text::error_chain(&e.without_url())))?;
         let status = response.status();
         let is_json = response
             .headers()
@@ -315,11 +349,7 @@ async fn read_limited(response: reqwest::Response) -> Result<String, String> {
 }
 
 fn snippet(text: &str) -> String {
-    let text = text.trim();
-    match text.char_indices().nth(ERROR_SNIPPET_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
+    crate::text::clip(text.trim(), ERROR_SNIPPET_CHARS)
 }
 
 /// Splits a URL template into literals and `{field}`s; placeholders may
@@ -334,6 +364,14 @@ fn parse_template(url: &str) -> Result<Vec<Piece>, String> {
     if url[..authority_end].contains(['{', '}']) {
         return Err(format!(
             "`{url}`: placeholders may appear only in the path and query, not in the host"
+        ));
+    }
+    if url[path_range(url)]
+        .split('/')
+        .any(|segment| is_dot_segment(segment) && !segment.contains('{'))
+    {
+        return Err(format!(
+            "`{url}`: the path has a `.` or `..` segment; write the path it leads to"
         ));
     }
     let mut pieces = Vec::new();
@@ -360,6 +398,48 @@ fn parse_template(url: &str) -> Result<Vec<Piece>, String> {
         pieces.push(Piece::Literal(rest.to_owned()));
     }
     Ok(pieces)
+}
+
+/// Follows redirects within the service's origin only: reqwest strips the
+/// standard credential headers on a redirect elsewhere, but not a tool's own
+/// (`X-Api-Key = "${CRM_KEY}"`), which must never reach another host.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.previous()[0].origin();
+        if attempt.url().origin() != origin {
+            let elsewhere = attempt.url().origin().ascii_serialization();
+            attempt.error(format!(
+                "the service redirected to {elsewhere}, another origin; not followed, so that \
+                 the tool's headers stay with its service"
+            ))
+        } else if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// Where the path of `url` (an http(s) URL with a path) is: from the `/`
+/// after the host to the query or fragment.
+fn path_range(url: &str) -> std::ops::Range<usize> {
+    let authority = url.find("://").map_or(0, |scheme| scheme + 3);
+    let start = url[authority..]
+        .find('/')
+        .map_or(url.len(), |slash| authority + slash);
+    let end = url[start..]
+        .find(['?', '#'])
+        .map_or(url.len(), |end| start + end);
+    start..end
+}
+
+/// Whether the URL parser resolves `segment` away (`.`, `..`, and their
+/// `%2E` spellings, as the URL standard says).
+fn is_dot_segment(segment: &str) -> bool {
+    matches!(
+        segment.to_ascii_lowercase().as_str(),
+        "." | ".." | "%2e" | ".%2e" | "%2e." | "%2e%2e"
+    )
 }
 
 /// Replaces every `${VAR}` in `value` with the variable's value.
@@ -433,6 +513,37 @@ mod tests {
     }
 
     #[test]
+    fn a_value_that_would_climb_out_of_its_path_segment_is_refused() {
+        let url_for = |template: &str, id: &str| {
+            HttpTool::new(config(template), |_| None)
+                .unwrap()
+                .url(json!({"id": id}).as_object().unwrap().clone())
+                .map(|(url, _)| url)
+        };
+        for id in [".", ".."] {
+            let Err(ToolError::InvalidArguments { message, .. }) =
+                url_for("https://crm.example.com/customers/{id}/profile", id)
+            else {
+                panic!("`{id}` accepted");
+            };
+            assert!(message.contains("field `id`") && message.contains("another path"));
+        }
+        // Dots inside a segment, in a query value, or with more text are fine.
+        for (template, id, url) in [
+            ("http://h/c/{id}/p", "...", "http://h/c/.../p"),
+            ("http://h/c/{id}.json", "..", "http://h/c/...json"),
+            ("http://h/c?q={id}", "..", "http://h/c?q=.."),
+            ("http://h/c/v{id}", "..", "http://h/c/v.."),
+        ] {
+            assert_eq!(url_for(template, id).unwrap(), url);
+        }
+        // What reqwest would send for the refused case: the parser resolves
+        // `..`, which is why it never gets that far.
+        let resolved = reqwest::Url::parse("https://crm.example.com/customers/../profile").unwrap();
+        assert_eq!(resolved.path(), "/profile");
+    }
+
+    #[test]
     fn bad_declarations_are_refused() {
         let refused = |url: &str| {
             HttpTool::new(config(url), |_| None)
@@ -443,6 +554,8 @@ mod tests {
         assert!(refused("ftp://h/{id}").contains("http(s)"));
         assert!(refused("http://h/{other}").contains("not a required parameter"));
         assert!(refused("http://h/{id").contains("unclosed"));
+        assert!(refused("http://h/a/../{id}").contains("`..` segment"));
+        assert!(refused("http://h/a/%2E/{id}").contains("`..` segment"));
         let mut missing_secret = config("http://h/{id}");
         missing_secret
             .headers

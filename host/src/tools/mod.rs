@@ -48,7 +48,9 @@ pub enum ToolError {
     /// that is not delivered.
     #[error("{0}")]
     Rejected(String),
-    #[error("a person declined `{0}`")]
+    /// A person declined the call, or nobody answered its confirmation in
+    /// time; the text says which, and the person's reason if they gave one.
+    #[error("{0}")]
     Declined(String),
     #[error("limit exceeded: {0}")]
     LimitExceeded(String),

@@ -7,6 +7,7 @@ use serde_json::Value;
 use tracing::{Instrument, Span, field};
 
 use super::{Access, Tool, ToolError, ToolSpec};
+use crate::skills::manifest::{LOAD_SKILL, is_function_name};
 
 /// A tool with its argument schema compiled once, at registration.
 pub struct RegisteredTool {
@@ -49,6 +50,13 @@ pub struct ToolRegistry {
 pub enum RegisterError {
     #[error("a tool named `{0}` is already registered")]
     Duplicate(String),
+    #[error(
+        "tool name `{0}` cannot be a function name: use an ASCII letter, then letters, digits, \
+         `_` or `-`, at most 64 bytes"
+    )]
+    InvalidName(String),
+    #[error("tool name `{0}` is reserved for the agent's own function")]
+    ReservedName(String),
     #[error("tool `{tool}` has an invalid parameter schema: {message}")]
     InvalidSchema { tool: String, message: String },
 }
@@ -60,6 +68,12 @@ impl ToolRegistry {
 
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegisterError> {
         let spec = tool.spec();
+        if !is_function_name(&spec.name) {
+            return Err(RegisterError::InvalidName(spec.name.clone()));
+        }
+        if spec.name == LOAD_SKILL {
+            return Err(RegisterError::ReservedName(spec.name.clone()));
+        }
         if self.tools.contains_key(&spec.name) {
             return Err(RegisterError::Duplicate(spec.name.clone()));
         }
@@ -311,5 +325,46 @@ mod tests {
             logged(Access::Read, &arguments),
             r#"{"orderId":"88231","reason":"private words"}"#
         );
+    }
+
+    struct Named(ToolSpec);
+
+    #[async_trait::async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+
+        async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+
+    fn named(name: &str) -> Arc<dyn Tool> {
+        Arc::new(Named(ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            parameters: json!({"type": "object"}),
+            access: Access::Read,
+        }))
+    }
+
+    #[test]
+    fn tool_names_must_be_function_names_and_not_the_agents_own() {
+        let mut tools = ToolRegistry::new();
+        for bad in ["my tool", "", "1st", "a.b", &"x".repeat(65)] {
+            assert!(
+                matches!(
+                    tools.register(named(bad)),
+                    Err(RegisterError::InvalidName(_))
+                ),
+                "`{bad}` accepted"
+            );
+        }
+        assert!(matches!(
+            tools.register(named("load_skill")),
+            Err(RegisterError::ReservedName(_))
+        ));
+        tools.register(named("lookup-customer_2")).unwrap();
     }
 }

@@ -1,6 +1,5 @@
 //! The HTTP side: one call, its retries, and the two ways to read an answer.
 
-use std::error::Error as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,11 +16,8 @@ use super::sse::{LineDecoder, StreamAssembler};
 use super::types::{
     AssistantMessage, ChatRequest, ChatResponse, StreamOptions, WireCompletion, WireRequest,
 };
-use super::{LlmError, api_error, error_body_message, retry, snippet};
-
-/// Largest non-streaming response body accepted. 16 MiB, far above any real
-/// completion; a bigger body is a broken server, not an answer.
-const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+use super::{LlmError, MAX_RESPONSE_BYTES, api_error, error_body_message, retry, snippet};
+use crate::text::error_chain;
 
 /// Bytes of an error response read for its message; the rest is dropped.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -337,13 +333,13 @@ impl LlmClient {
         if is_sse {
             return Ok(self.read_stream(response, deltas).await?);
         }
-        let (bytes, truncated) = read_body(&mut response, MAX_BODY_BYTES)
+        let (bytes, truncated) = read_body(&mut response, MAX_RESPONSE_BYTES)
             .await
             .map_err(|e| self.read_failure(&e))?;
         let text = String::from_utf8_lossy(&bytes);
         if truncated {
             return Err(LlmError::MalformedResponse {
-                reason: format!("the response body exceeds {MAX_BODY_BYTES} bytes"),
+                reason: format!("the response body exceeds {MAX_RESPONSE_BYTES} bytes"),
                 snippet: snippet(&text),
             }
             .into());
@@ -460,19 +456,6 @@ fn parse_completion(text: &str) -> Result<ChatResponse, LlmError> {
         id: wire.id,
     }
     .normalized())
-}
-
-/// An error and its sources, `": "`-separated: reqwest's own message alone
-/// ("error sending request") rarely says what went wrong.
-fn error_chain(error: &reqwest::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ pub const ENV_MODEL: &str = "SKILLHOST_MODEL";
 /// The base URL used when `OPENAI_BASE_URL` is not set.
 pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
-const HOW_TO_CONFIGURE: &str = "set SKILLHOST_MODEL to the model name (e.g. gpt-4o-mini, \
+/// How to configure an LLM, for messages that say none is.
+pub const HOW_TO_CONFIGURE: &str = "set SKILLHOST_MODEL to the model name (e.g. gpt-4o-mini, \
     qwen-plus, llama3.1), OPENAI_BASE_URL to the server's API root when it is not \
     https://api.openai.com/v1 (e.g. http://localhost:11434/v1 for Ollama, \
     https://dashscope.aliyuncs.com/compatible-mode/v1 for DashScope), and OPENAI_API_KEY \

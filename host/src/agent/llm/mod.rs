@@ -26,7 +26,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub use client::{LlmClient, UsageTotals};
-pub use config::{ConfigError, DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
+pub use config::{
+    ConfigError, DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, HOW_TO_CONFIGURE,
+    LlmConfig,
+};
 pub use types::{
     AssistantMessage, ChatRequest, ChatResponse, FinishReason, FunctionCall, FunctionDefinition,
     Message, ToolCall, ToolDefinition, ToolType, Usage,
@@ -87,17 +90,18 @@ pub enum LlmError {
     },
 }
 
+/// Largest response accepted: a non-streaming body, or the message a stream
+/// assembles. 16 MiB, far above any real completion; more is a broken
+/// server, not an answer.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Characters of server text kept in error messages.
 const SNIPPET_CHARS: usize = 200;
 
 /// The start of `text`, at most [`SNIPPET_CHARS`] characters, for error
 /// messages.
 fn snippet(text: &str) -> String {
-    let text = text.trim();
-    match text.char_indices().nth(SNIPPET_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_owned(),
-    }
+    crate::text::clip(text.trim(), SNIPPET_CHARS)
 }
 
 /// The message of an error object as servers send it: OpenAI's
@@ -162,11 +166,11 @@ mod tests {
     }
 
     #[test]
-    fn snippets_are_cut_on_a_character_boundary() {
-        let long = "é".repeat(SNIPPET_CHARS + 10);
-        let cut = snippet(&long);
-        assert_eq!(cut.chars().count(), SNIPPET_CHARS + 1);
-        assert!(cut.ends_with('…'));
+    fn snippets_are_trimmed_and_cut() {
+        assert_eq!(
+            snippet(&"x".repeat(SNIPPET_CHARS + 10)).chars().count(),
+            SNIPPET_CHARS + 1
+        );
         assert_eq!(snippet("  short "), "short");
     }
 }

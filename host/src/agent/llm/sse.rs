@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use super::types::{
     AssistantMessage, ChatResponse, FinishReason, ToolCall, Usage, WireChunk, WireToolCallDelta,
 };
-use super::{LlmError, api_error, snippet};
+use super::{LlmError, MAX_RESPONSE_BYTES, api_error, snippet};
 
 /// Longest line accepted. A server that sends more without a newline is
 /// broken (a chunk is a few hundred bytes), and buffering it would only eat
@@ -85,6 +85,9 @@ pub(super) struct StreamAssembler {
     usage: Option<Usage>,
     chunks: usize,
     done: bool,
+    /// Memory the message holds so far (text, calls), bounded by
+    /// [`MAX_RESPONSE_BYTES`] as a non-streaming body is.
+    assembled_bytes: usize,
 }
 
 impl StreamAssembler {
@@ -149,11 +152,18 @@ impl StreamAssembler {
             let Some(delta) = choice.delta else { continue };
             if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
                 self.content.push_str(&text);
+                self.assembled_bytes += text.len();
                 delta_text = Some(text);
             }
             for fragment in delta.tool_calls.unwrap_or_default() {
                 self.merge(fragment);
             }
+        }
+        if self.assembled_bytes > MAX_RESPONSE_BYTES {
+            return Err(LlmError::MalformedResponse {
+                reason: format!("the streamed message exceeds {MAX_RESPONSE_BYTES} bytes"),
+                snippet: snippet(&self.content),
+            });
         }
         Ok(delta_text)
     }
@@ -172,8 +182,12 @@ impl StreamAssembler {
                 (_, None) => 0,
             }
         });
-        let call = self.calls.entry(index).or_default();
+        let call = self.calls.entry(index).or_insert_with(|| {
+            self.assembled_bytes += size_of::<PartialCall>();
+            PartialCall::default()
+        });
         if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
+            self.assembled_bytes += id.len();
             call.id = id;
         }
         let Some(function) = fragment.function else {
@@ -183,12 +197,15 @@ impl StreamAssembler {
             // The name arrives whole in the first fragment; a server that
             // repeats it must not double it.
             if call.name.is_empty() {
+                self.assembled_bytes += name.len();
                 call.name = name;
             } else if call.name != name {
+                self.assembled_bytes += name.len();
                 call.name.push_str(&name);
             }
         }
         if let Some(arguments) = function.arguments {
+            self.assembled_bytes += arguments.len();
             call.arguments.push_str(&arguments);
         }
     }
@@ -457,5 +474,30 @@ mod tests {
             decoder.push(&big),
             Err(LlmError::MalformedResponse { .. })
         ));
+    }
+
+    #[test]
+    fn a_message_past_the_response_limit_is_refused_whether_text_or_calls() {
+        let piece = "x".repeat(1 << 20);
+        let mut text = StreamAssembler::default();
+        let mut calls = StreamAssembler::default();
+        let text_chunk = json!({"choices": [{"index": 0, "delta": {"content": piece}}]});
+        let text_line = format!("data: {text_chunk}");
+        let mut refused = (None, None);
+        for index in 0..(MAX_RESPONSE_BYTES >> 20) as u32 + 1 {
+            if refused.0.is_none() {
+                refused.0 = text.feed_line(&text_line).err();
+            }
+            if refused.1.is_none() {
+                let line = format!("data: {}", tool_delta(index, Some("c"), Some("f"), &piece));
+                refused.1 = calls.feed_line(&line).err();
+            }
+        }
+        for error in [refused.0, refused.1] {
+            let Some(LlmError::MalformedResponse { reason, .. }) = error else {
+                panic!("accepted past the limit: {error:?}");
+            };
+            assert!(reason.contains("exceeds"), "{reason}");
+        }
     }
 }

@@ -314,9 +314,19 @@ impl Usage {
     /// Fills in `total_tokens` when the server left it at zero.
     pub(super) fn normalized(mut self) -> Self {
         if self.total_tokens == 0 {
-            self.total_tokens = self.prompt_tokens + self.completion_tokens;
+            self.total_tokens = self.prompt_tokens.saturating_add(self.completion_tokens);
         }
         self
+    }
+
+    /// Adds `other`'s counts to these. Saturating: the counts come from the
+    /// server, which may send anything.
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(other.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(other.completion_tokens);
+        self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
     }
 }
 

@@ -37,9 +37,9 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     command line, where other users of the machine can read them."
 )]
 pub struct ServeArgs {
-    /// Address to listen on [default: 127.0.0.1:8080]. Beyond loopback, set
-    /// API keys.
-    #[arg(long, env = "SKILLHOST_LISTEN")]
+    /// Address to listen on, HOST:PORT [default: 127.0.0.1:8080]. Beyond
+    /// loopback, set API keys.
+    #[arg(long, env = "SKILLHOST_LISTEN", value_name = "HOST:PORT", value_parser = listen_address)]
     listen: Option<SocketAddr>,
     /// API keys clients send as `Authorization: Bearer <key>`; comma-separated
     /// or repeated. None: the API routes are open.
@@ -67,8 +67,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECONDS", env = "SKILLHOST_REQUEST_TIMEOUT")]
     request_timeout: Option<u64>,
     /// Tools the main agent keeps seeing even when skills absorb them,
-    /// comma-separated (article 003: queryOrder,searchKnowledge,getCurrentTime)
-    /// [default: none].
+    /// comma-separated; e.g. queryOrder,searchKnowledge,getCurrentTime, which
+    /// the demo's skills would otherwise hide until one is loaded [default: none].
     #[arg(
         long,
         value_name = "TOOL",
@@ -93,9 +93,12 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let http_tools = file.http_tools()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
+    let skills_dir = args.host.skills_dir()?;
+    let policy = args.host.signature_policy()?;
+    let runtime = args.host.runtime_config(&file)?;
     let db = Arc::new(DemoDb::open(&args.host.db)?);
-    let host = SkillHost::builder(args.host.skills_dir()?, args.host.signature_policy()?)
-        .runtime_config(args.host.runtime_config(&file)?)
+    let host = SkillHost::builder(skills_dir, policy)
+        .runtime_config(runtime)
         .demo_tools(db)
         .register_tools(|tools| {
             http_tools
@@ -213,4 +216,16 @@ async fn shutdown_signal() {
         () = interrupt => {}
         () = terminate => {}
     }
+}
+
+/// `--listen`: a socket address, with an example when it is not one (a
+/// bare port is the usual slip).
+fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        let example = match text.parse::<u16>() {
+            Ok(port) => format!("127.0.0.1:{port} (loopback) or 0.0.0.0:{port} (every interface)"),
+            Err(_) => "127.0.0.1:8080".to_owned(),
+        };
+        format!("expected HOST:PORT, e.g. {example}")
+    })
 }

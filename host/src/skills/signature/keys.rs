@@ -12,24 +12,28 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use sha2::{Digest, Sha256};
-
-/// A short, stable identifier of an Ed25519 public key: the first 8 bytes
-/// of the SHA-256 of the raw 32-byte key, shown as 16 hex digits.
+/// A short, stable identifier of an Ed25519 public key: wasmsign2's key id
+/// for it (HMAC-SHA-256 of the raw 32-byte key under `"key_id"`, first 12
+/// bytes), shown as 24 hex digits.
 ///
-/// The same key has the same fingerprint whatever file format it was read
-/// from. (Signatures themselves carry wasmsign2's own *key id*, see
-/// [`PublicKey::key_id`].)
+/// It is the id signatures made by the key carry, so a file signed by a key
+/// the host does not trust names that key as `keygen`, `sign` and the trust
+/// store listing do. The same key has the same fingerprint whatever file
+/// format it was read from.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Fingerprint([u8; 8]);
+pub struct Fingerprint([u8; 12]);
 
 impl Fingerprint {
     /// The fingerprint of a raw 32-byte Ed25519 public key.
     pub fn of(raw_public_key: &[u8; 32]) -> Self {
-        let digest = Sha256::digest(raw_public_key);
-        let mut short = [0u8; 8];
-        short.copy_from_slice(&digest[..8]);
-        Self(short)
+        let key = wasmsign2::PublicKey {
+            pk: ed25519_compact::PublicKey::new(*raw_public_key),
+            key_id: None,
+        }
+        .attach_default_key_id();
+        let mut id = [0u8; 12];
+        id.copy_from_slice(key.key_id.as_deref().expect("a default key id is attached"));
+        Self(id)
     }
 }
 
@@ -183,9 +187,8 @@ impl PublicKey {
         self.fingerprint
     }
 
-    /// wasmsign2's key id for this key (HMAC-SHA-256 of the key under
-    /// `"key_id"`, first 12 bytes): what signatures made by this key carry
-    /// to say who made them.
+    /// wasmsign2's key id for this key, what signatures made by it carry
+    /// to say who made them: the bytes of its [`Fingerprint`].
     pub fn key_id(&self) -> &[u8] {
         self.inner.key_id.as_deref().unwrap_or_default()
     }

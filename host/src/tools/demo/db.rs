@@ -37,8 +37,16 @@ pub enum DemoDbError {
         path: PathBuf,
         cause: rusqlite::Error,
     },
-    #[error("demo database schema version {found} is not the supported version {supported}")]
-    UnsupportedSchema { found: i64, supported: i64 },
+    #[error(
+        "the demo database at {} has schema version {found}, not the supported version \
+         {supported} (another build made it); delete it to start a fresh, seeded shop",
+        path.display()
+    )]
+    UnsupportedSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
     #[error("demo database: {0}")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -74,12 +82,12 @@ impl DemoDb {
             path: path.to_owned(),
             cause,
         })?;
-        Self::init(conn)
+        Self::init(conn, path)
     }
 
     /// A fresh, seeded database in memory; nothing persists.
     pub fn in_memory() -> Result<Self, DemoDbError> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, Path::new(":memory:"))
     }
 
     /// Replaces the clock (the system clock by default), e.g. with a fixed
@@ -95,7 +103,7 @@ impl DemoDb {
         self.clock
     }
 
-    fn init(mut conn: Connection) -> Result<Self, DemoDbError> {
+    fn init(mut conn: Connection, path: &Path) -> Result<Self, DemoDbError> {
         conn.pragma_update(None, "foreign_keys", true)?;
         // Every query the shop runs stays prepared: parsing SQL costs more
         // than running these one-row lookups.
@@ -121,6 +129,7 @@ impl DemoDb {
             SCHEMA_VERSION => {}
             found => {
                 return Err(DemoDbError::UnsupportedSchema {
+                    path: path.to_owned(),
                     found,
                     supported: SCHEMA_VERSION,
                 });
