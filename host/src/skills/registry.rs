@@ -414,15 +414,68 @@ impl Loader {
     }
 }
 
+/// One lock per file being synced, so that syncs of one file never overlap
+/// (an older read finishing last would win). A file has an entry only while
+/// a sync holds or waits for its lock: the table does not grow with every
+/// file name ever synced (versioned names, files come and gone).
+#[derive(Default)]
+struct FileLocks(std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>);
+
+impl FileLocks {
+    /// The lock of the file `path`, entered in the table until the returned
+    /// handle is dropped.
+    fn of<'a>(&'a self, path: &'a Path) -> FileLock<'a> {
+        let lock = self.table().entry(path.to_owned()).or_default().clone();
+        FileLock {
+            locks: self,
+            path,
+            lock,
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Mutex<()>>>> {
+        self.0.lock().expect("sync lock table poisoned")
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table().len()
+    }
+}
+
+/// A file's lock, held or waited for; its entry leaves the table with the
+/// last handle, even when a wait for it is cancelled.
+struct FileLock<'a> {
+    locks: &'a FileLocks,
+    path: &'a Path,
+    lock: Arc<Mutex<()>>,
+}
+
+impl FileLock<'_> {
+    /// Waits until no other sync of the file runs.
+    async fn acquire(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().await
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        let mut table = self.locks.table();
+        // The table's and this handle's: no other sync holds or waits for
+        // it, and none can take it meanwhile (that takes the table's lock).
+        if Arc::strong_count(&self.lock) == 2 {
+            table.remove(self.path);
+        }
+    }
+}
+
 /// The loaded skills of one directory.
 pub struct SkillRegistry {
     loader: Loader,
     current: ArcSwap<SkillSnapshot>,
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
-    /// One lock per file ever synced, so that syncs of one file never
-    /// overlap (an older read finishing last would win).
-    syncing: std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    syncing: FileLocks,
     events: broadcast::Sender<ReloadEvent>,
 }
 
@@ -437,7 +490,7 @@ impl SkillRegistry {
             },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
-            syncing: std::sync::Mutex::default(),
+            syncing: FileLocks::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
         }
     }
@@ -555,14 +608,8 @@ impl SkillRegistry {
     /// Syncs one file; returns its event and the files waiting for a skill
     /// name the change released.
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
-        let lock = self
-            .syncing
-            .lock()
-            .expect("sync lock table poisoned")
-            .entry(path.to_owned())
-            .or_default()
-            .clone();
-        let _syncing = lock.lock().await;
+        let lock = self.syncing.of(path);
+        let _syncing = lock.acquire().await;
         let bytes = match read_skill_file(path).await {
             Ok(bytes) => bytes,
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
@@ -786,4 +833,65 @@ pub(crate) fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     paths.sort();
     Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt as _;
+
+    use super::*;
+    use crate::runtime::RuntimeConfig;
+
+    #[tokio::test]
+    async fn a_file_lock_serializes_syncs_and_leaves_the_table_with_the_last() {
+        let locks = FileLocks::default();
+        let (a, b) = (Path::new("/s/a.wasm"), Path::new("/s/b.wasm"));
+        let first = locks.of(a);
+        let held = first.acquire().await;
+        let second = locks.of(a);
+        assert!(second.acquire().now_or_never().is_none(), "a is held");
+        assert!(locks.of(b).acquire().now_or_never().is_some(), "b is not");
+        assert_eq!(locks.len(), 1, "b is forgotten with its only sync");
+        drop(held);
+        drop(first);
+        assert_eq!(locks.len(), 1, "a sync still waits for a");
+        drop(second.acquire().await);
+        drop(second);
+        assert_eq!(locks.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_for_a_file_lock_leaves_no_entry() {
+        let locks = FileLocks::default();
+        let path = Path::new("/s/a.wasm");
+        let first = locks.of(path);
+        let held = first.acquire().await;
+        let waiting = locks.of(path);
+        assert!(waiting.acquire().now_or_never().is_none());
+        drop(waiting);
+        drop(held);
+        drop(first);
+        assert_eq!(locks.len(), 0);
+    }
+
+    /// Regression: the table kept one lock per file ever synced.
+    #[tokio::test]
+    async fn syncs_leave_no_lock_behind() {
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_instances: 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let tools = Arc::new(ToolRegistry::new());
+        let registry = SkillRegistry::new(runtime, tools, SignaturePolicy::AllowUnsigned);
+        let dir = tempfile::tempdir().unwrap();
+        for version in 0..3 {
+            let path = dir.path().join(format!("skill-{version}.wasm"));
+            std::fs::write(&path, b"not a component").unwrap();
+            registry.sync_path(&path).await;
+            std::fs::remove_file(&path).unwrap();
+            registry.sync_path(&path).await;
+        }
+        assert_eq!(registry.syncing.len(), 0);
+    }
 }
