@@ -9,10 +9,12 @@
 //! [`SkillRegistry::sync_path`] brings the registry in line with one file
 //! (the watcher calls it; so may an embedder). Its rules:
 //!
-//! - The file's content is read once; those bytes are verified (signature
-//!   first), compiled, linked and their manifest checked. Nothing is read
-//!   twice, so a file changing meanwhile cannot slip past verification. A
-//!   file larger than [`MAX_SKILL_FILE_BYTES`] is refused unread.
+//! - The file's content is read and hashed once; those bytes are verified
+//!   (signature first), compiled, linked and their manifest checked. Nothing
+//!   is read twice, so a file changing meanwhile cannot slip past
+//!   verification. Reading, hashing, verifying and compiling run off the
+//!   async executor. A file larger than [`MAX_SKILL_FILE_BYTES`] is refused
+//!   unread.
 //! - New content that loads replaces what the file provided before, in one
 //!   swap. Content that fails is recorded as the file's [`LoadFailure`]
 //!   (`kind`, `reason`, digest) and the file's previous version keeps
@@ -44,7 +46,7 @@ use tokio::sync::{Mutex, MutexGuard, broadcast};
 
 use super::SkillName;
 use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
-use crate::runtime::{LoadError, Runtime, SkillComponent, digest_of};
+use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::tools::ToolRegistry;
 
 /// A skill as loaded from a file.
@@ -107,9 +109,16 @@ pub struct LoadFailure {
 /// into memory.
 pub const MAX_SKILL_FILE_BYTES: u64 = 256 << 20;
 
-/// Reads the skill file at `path`, refusing one larger than
-/// [`MAX_SKILL_FILE_BYTES`] without reading it.
-async fn read_skill_file(path: &Path) -> Result<Vec<u8>, FileError> {
+/// A skill file's content as read.
+struct SkillFile {
+    bytes: Vec<u8>,
+    /// `sha256:<hex>` of `bytes`, computed once as they are read.
+    digest: String,
+}
+
+/// Reads and hashes the skill file at `path` off the async executor,
+/// refusing one larger than [`MAX_SKILL_FILE_BYTES`] without reading it.
+async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path).map_err(FileError::Read)?;
@@ -124,7 +133,10 @@ async fn read_skill_file(path: &Path) -> Result<Vec<u8>, FileError> {
             .map_err(FileError::Read)?;
         match bytes.len() as u64 {
             read if read > MAX_SKILL_FILE_BYTES => Err(FileError::TooLarge { bytes: read }),
-            _ => Ok(bytes),
+            _ => Ok(SkillFile {
+                digest: digest_of(&bytes),
+                bytes,
+            }),
         }
     })
     .await
@@ -383,19 +395,18 @@ const EVENT_BUFFER: usize = 256;
 struct Loader {
     runtime: Runtime,
     tools: Arc<ToolRegistry>,
-    policy: SignaturePolicy,
+    policy: Arc<SignaturePolicy>,
 }
 
 impl Loader {
-    async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedSkill, FileError> {
+    async fn load(&self, path: &Path, file: SkillFile) -> Result<LoadedSkill, FileError> {
         // Verification reads only the bytes, so it happens before any of
         // them reach the compiler.
-        let signer = match self.policy.check(path, &bytes) {
-            Ok(Verification::Verified(verified)) => Some(verified.signer),
-            Ok(Verification::Unverified) => None,
-            Err(error) => return Err(FileError::Signature(error)),
-        };
-        let component = SkillComponent::load(&self.runtime, bytes, &self.tools).await?;
+        let (bytes, signer) = self.verify(path, file.bytes).await?;
+        let component = compile(&self.runtime, bytes).await?;
+        let component =
+            SkillComponent::from_component(&self.runtime, &component, file.digest, &self.tools)
+                .await?;
         Ok(LoadedSkill {
             component,
             path: path.to_owned(),
@@ -403,12 +414,30 @@ impl Loader {
         })
     }
 
+    /// Checks `bytes` against the signature policy off the async executor
+    /// (a hash of up to [`MAX_SKILL_FILE_BYTES`], then an Ed25519 check per
+    /// signature and trusted key); gives them back with their signer.
+    async fn verify(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+    ) -> Result<(Vec<u8>, Option<Fingerprint>), FileError> {
+        let (policy, path) = (self.policy.clone(), path.to_owned());
+        tokio::task::spawn_blocking(move || match policy.check(&path, &bytes) {
+            Ok(Verification::Verified(verified)) => Ok((bytes, Some(verified.signer))),
+            Ok(Verification::Unverified) => Ok((bytes, None)),
+            Err(error) => Err(FileError::Signature(error)),
+        })
+        .await
+        .expect("verifying a signature does not panic")
+    }
+
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
-        let bytes = read_skill_file(path)
+        let file = read_skill_file(path)
             .await
             .map_err(|error| error.into_failure(path, None))?;
-        let digest = digest_of(&bytes);
-        self.load(path, bytes)
+        let digest = file.digest.clone();
+        self.load(path, file)
             .await
             .map_err(|error| error.into_failure(path, Some(digest)))
     }
@@ -486,7 +515,7 @@ impl SkillRegistry {
             loader: Loader {
                 runtime,
                 tools,
-                policy,
+                policy: Arc::new(policy),
             },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
@@ -610,16 +639,15 @@ impl SkillRegistry {
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
         let lock = self.syncing.of(path);
         let _syncing = lock.acquire().await;
-        let bytes = match read_skill_file(path).await {
-            Ok(bytes) => bytes,
+        let file = match read_skill_file(path).await {
+            Ok(file) => file,
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.unload(path).await;
             }
             Err(error) => return self.reject(path, error, None).await,
         };
-        let digest = digest_of(&bytes);
         let current = self.snapshot();
-        if current.is_settled(path, &digest) {
+        if current.is_settled(path, &file.digest) {
             let serving = current
                 .skill_at(path)
                 .map(|skill| SkillVersion::of(&skill.component));
@@ -633,7 +661,7 @@ impl SkillRegistry {
         }
         if current
             .skill_at(path)
-            .is_some_and(|skill| skill.component.digest() == digest)
+            .is_some_and(|skill| skill.component.digest() == file.digest)
         {
             // The loaded content is back (e.g. a half-written update was
             // completed with the old content): only the failure goes.
@@ -641,7 +669,8 @@ impl SkillRegistry {
         }
         // Verify and compile outside the writer lock: a slow compile must
         // not hold up changes to other files.
-        match self.loader.load(path, bytes).await {
+        let digest = file.digest.clone();
+        match self.loader.load(path, file).await {
             Ok(skill) => self.install(skill).await,
             Err(error) => self.reject(path, error, Some(digest)).await,
         }
