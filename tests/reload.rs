@@ -302,8 +302,9 @@ async fn restoring_the_loaded_content_clears_the_failure() {
     watched.write_half(&path, &old).await;
     std::fs::write(&path, &old).unwrap();
     let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Unchanged);
-    assert_eq!(event.new, version_of(&old, "1.0.0"));
+    assert_eq!(event.outcome, ReloadOutcome::Restored);
+    assert_eq!(event.old, version_of(&old, "1.0.0"));
+    assert_eq!(event.new, event.old, "the skill did not change");
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
 

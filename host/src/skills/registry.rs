@@ -28,8 +28,10 @@
 //!   swap, so the skill never disappears.
 //! - Syncs of one file are serialized, so the last content read is the
 //!   content that wins; syncs of different files run independently.
-//! - Every change to the snapshot is broadcast as a [`ReloadEvent`], and so
-//!   is every refused update. A sync that changes nothing (the content is
+//! - Every change to the snapshot is broadcast as a [`ReloadEvent`]: a skill
+//!   loaded or unloaded, an update refused, and a file back to the content
+//!   serving from it after a refused update ([`ReloadOutcome::Restored`]:
+//!   its failure is cleared). A sync that changes nothing (the content is
 //!   the one already loaded or already refused) returns
 //!   [`ReloadOutcome::Unchanged`] and is not broadcast.
 
@@ -334,9 +336,14 @@ impl SkillVersion {
 pub enum ReloadOutcome {
     /// A skill was added or replaced by the file's new content.
     Loaded,
-    /// Nothing changed: the file's content is the one already loaded (a
-    /// pending failure of the file, if any, is cleared) or the one already
-    /// refused, or a missing file provided nothing.
+    /// The file is back to the content serving from it after an update of
+    /// it was refused (a half-written file completed with the old content, a
+    /// bad update reverted): the file's failure is cleared; the skill, `old`
+    /// and `new`, did not change.
+    Restored,
+    /// Nothing changed: the file's content is the one already loaded or the
+    /// one already refused, or a missing file provided nothing. Returned by
+    /// [`SkillRegistry::sync_path`], never broadcast.
     Unchanged,
     /// The file is gone (deleted, or renamed away) and its skill unloaded.
     Unloaded,
@@ -763,7 +770,7 @@ impl SkillRegistry {
             path: path.to_owned(),
             old: serving.clone(),
             new: serving,
-            outcome: ReloadOutcome::Unchanged,
+            outcome: ReloadOutcome::Restored,
         };
         let waiting = self.commit(writer, next, std::slice::from_ref(&event));
         (event, waiting)
