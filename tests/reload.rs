@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::broadcast;
 
+use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::registry::MAX_SKILL_FILE_BYTES;
@@ -311,6 +312,51 @@ async fn restoring_the_loaded_content_clears_the_failure() {
 /// A file too large to be a skill (a stray download, a core dump) replacing
 /// a skill is refused without being read into memory; the old version keeps
 /// serving. The file is sparse: its size costs no disk.
+/// Regression: a host subscribed to its registry's events only when the
+/// task forwarding them first ran, so a reload sent before then (the
+/// watcher's first rescan finding a change) reached neither its subscribers
+/// (`/v1/events`) nor its metrics.
+#[tokio::test]
+async fn a_reload_before_the_host_ran_any_task_reaches_its_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = SkillHost::builder(dir.path(), demo_policy())
+        .runtime_config(RuntimeConfig {
+            max_concurrent_instances: 8,
+            ..RuntimeConfig::default()
+        })
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    let path = dir.path().join("versioned.wasm");
+    std::fs::write(&path, v1()).unwrap();
+    // Synced on another thread's runtime while this one, which runs the
+    // host's tasks, waits: the reload is sent before any of them has run.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(host.skills().sync_path(&path))
+        });
+    });
+    let event = tokio::time::timeout(PATIENCE, events.recv())
+        .await
+        .expect("the reload reaches the host's subscribers")
+        .unwrap();
+    let HostEvent::Reload(reload) = event else {
+        panic!("expected a reload, got {event:?}");
+    };
+    assert_eq!((reload.path, reload.outcome), (path, ReloadOutcome::Loaded));
+    let metrics = host.metrics().encode();
+    assert!(
+        metrics.contains(r#"skillhost_reloads_total{outcome="loaded"} 1"#),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn a_file_larger_than_a_skill_may_be_is_refused_unread() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
