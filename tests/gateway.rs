@@ -418,7 +418,7 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     );
     assert_eq!(refund["last_error"], Value::Null);
 
-    let mut events = served
+    let events = served
         .http
         .get(served.url("/v1/events"))
         .send()
@@ -432,28 +432,9 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     .unwrap();
 
     // The reload arrives as an SSE event...
-    let mut text = String::new();
-    let reload = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let chunk = events
-                .chunk()
-                .await
-                .unwrap()
-                .expect("the stream stays open");
-            text.push_str(&String::from_utf8_lossy(&chunk));
-            if let Some(data) = text
-                .split("\n\n")
-                .find(|frame| frame.contains("event: reload"))
-                .and_then(|frame| sse_data(frame).into_iter().next())
-            {
-                return serde_json::from_str::<Value>(&data).unwrap();
-            }
-        }
-    })
-    .await
-    .expect("a reload event within 20 s");
+    let mut events = EventStream::new(events);
+    let reload = events.reload("loaded").await;
     assert_eq!(reload["type"], "reload");
-    assert_eq!(reload["outcome"], "loaded");
     assert_eq!(reload["new"]["name"], "versioned");
 
     // ... and the listing shows the new skill.
@@ -485,9 +466,70 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     );
     let (_, listing) = served.get("/v1/skills").await;
     assert_eq!(listing["failures"][0]["file"], "versioned.wasm");
+    events.reload("rejected").await;
+
+    // Putting the serving content back clears the error, and says so.
+    let restoring = served.dir.path().join(".versioned.wasm.tmp");
+    std::fs::copy(fixture("versioned-1"), &restoring).unwrap();
+    std::fs::rename(&restoring, served.dir.path().join("versioned.wasm")).unwrap();
+    let restored = events.reload("restored").await;
+    assert_eq!(restored["old"]["version"], "1.0.0");
+    assert_eq!(restored["new"], restored["old"]);
+    let (_, one) = served.get("/v1/skills/versioned").await;
+    assert_eq!(one["status"], "loaded");
+    assert_eq!(one["last_error"], Value::Null);
     // Shutting down ends the event stream rather than waiting on it.
     drop(events);
     served.shut_down().await;
+}
+
+/// The `/v1/events` SSE stream, read a frame at a time.
+struct EventStream {
+    response: reqwest::Response,
+    /// Read but not yet looked at.
+    text: String,
+}
+
+impl EventStream {
+    fn new(response: reqwest::Response) -> Self {
+        Self {
+            response,
+            text: String::new(),
+        }
+    }
+
+    /// The next `reload` event whose outcome is `outcome` (at most 20 s);
+    /// the frames before it are skipped.
+    async fn reload(&mut self, outcome: &str) -> Value {
+        let wait = async {
+            loop {
+                while let Some(end) = self.text.find("\n\n") {
+                    let frame: String = self.text.drain(..end + 2).collect();
+                    let Some(data) = frame
+                        .contains("event: reload")
+                        .then(|| sse_data(&frame).into_iter().next())
+                        .flatten()
+                    else {
+                        continue;
+                    };
+                    let event: Value = serde_json::from_str(&data).unwrap();
+                    if event["outcome"] == outcome {
+                        return event;
+                    }
+                }
+                let chunk = self
+                    .response
+                    .chunk()
+                    .await
+                    .unwrap()
+                    .expect("the stream stays open");
+                self.text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), wait)
+            .await
+            .unwrap_or_else(|_| panic!("no `{outcome}` reload event within 20 s"))
+    }
 }
 
 /// Polls `path` until `ready` holds (at most 20 s).

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::broadcast;
 
+use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::registry::MAX_SKILL_FILE_BYTES;
@@ -302,14 +303,92 @@ async fn restoring_the_loaded_content_clears_the_failure() {
     watched.write_half(&path, &old).await;
     std::fs::write(&path, &old).unwrap();
     let event = watched.event_for(&path).await;
-    assert_eq!(event.outcome, ReloadOutcome::Unchanged);
-    assert_eq!(event.new, version_of(&old, "1.0.0"));
+    assert_eq!(event.outcome, ReloadOutcome::Restored);
+    assert_eq!(event.old, version_of(&old, "1.0.0"));
+    assert_eq!(event.new, event.old, "the skill did not change");
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
 
 /// A file too large to be a skill (a stray download, a core dump) replacing
 /// a skill is refused without being read into memory; the old version keeps
 /// serving. The file is sparse: its size costs no disk.
+/// Regression: the watcher synced one file at a time, so one slow load (a
+/// large componentize-py skill compiling) held up every other file. Here a
+/// skill file is a FIFO, whose sync reads until the test closes its end.
+#[tokio::test]
+async fn a_file_whose_sync_is_stuck_holds_up_no_other_file() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let stuck = watched.path("stuck.wasm");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&stuck)
+        .status()
+        .unwrap();
+    assert!(made.success(), "mkfifo: {made}");
+    // Opening a FIFO to write waits for a reader: the watcher's sync of it,
+    // whose read then lasts until `writer` is closed.
+    let opening = tokio::task::spawn_blocking({
+        let stuck = stuck.clone();
+        move || std::fs::OpenOptions::new().write(true).open(stuck)
+    });
+    let writer = tokio::time::timeout(PATIENCE, opening)
+        .await
+        .expect("the watcher syncs the new file")
+        .unwrap()
+        .unwrap();
+    let path = watched.path("versioned.wasm");
+    watched.rename_over("versioned.wasm", &v2());
+    watched.expect_upgrade_to_v2(&path).await;
+    // The watcher stops first: closing `writer` is an event on the FIFO,
+    // whose sync would wait for a writer forever.
+    drop(watched);
+    drop(writer);
+}
+
+/// Regression: a host subscribed to its registry's events only when the
+/// task forwarding them first ran, so a reload sent before then (the
+/// watcher's first rescan finding a change) reached neither its subscribers
+/// (`/v1/events`) nor its metrics.
+#[tokio::test]
+async fn a_reload_before_the_host_ran_any_task_reaches_its_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = SkillHost::builder(dir.path(), demo_policy())
+        .runtime_config(RuntimeConfig {
+            max_concurrent_instances: 8,
+            ..RuntimeConfig::default()
+        })
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    let path = dir.path().join("versioned.wasm");
+    std::fs::write(&path, v1()).unwrap();
+    // Synced on another thread's runtime while this one, which runs the
+    // host's tasks, waits: the reload is sent before any of them has run.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(host.skills().sync_path(&path))
+        });
+    });
+    let event = tokio::time::timeout(PATIENCE, events.recv())
+        .await
+        .expect("the reload reaches the host's subscribers")
+        .unwrap();
+    let HostEvent::Reload(reload) = event else {
+        panic!("expected a reload, got {event:?}");
+    };
+    assert_eq!((reload.path, reload.outcome), (path, ReloadOutcome::Loaded));
+    let metrics = host.metrics().encode();
+    assert!(
+        metrics.contains(r#"skillhost_reloads_total{outcome="loaded"} 1"#),
+        "{metrics}"
+    );
+}
+
 #[tokio::test]
 async fn a_file_larger_than_a_skill_may_be_is_refused_unread() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
@@ -595,30 +674,29 @@ impl Watched {
     }
 
     /// Waits until the watcher has synced everything it was asked to before
-    /// this call, and returns the events broadcast meanwhile: a file the
-    /// watcher syncs only after that is written, refused and removed.
+    /// this call, and returns the events broadcast meanwhile: a file is
+    /// put in place, refused and removed, and the watcher syncs a file gone
+    /// only once every sync due before it has finished.
     async fn settle(&mut self) -> Vec<ReloadEvent> {
         let marker = self.path("zz-settle.wasm");
         let mut seen = Vec::new();
-        std::fs::write(&marker, b"not a component").unwrap();
+        self.rename_over("zz-settle.wasm", b"not a component");
         let wait = async {
             loop {
                 let event = self.events.recv().await.expect("the event stream");
-                if event.path == marker {
-                    return event;
+                if event.path != marker {
+                    seen.push(event);
+                } else if event.outcome == ReloadOutcome::Unloaded {
+                    return;
+                } else {
+                    assert_rejected(&event, FailureKind::Signature, "malformed");
+                    std::fs::remove_file(&marker).unwrap();
                 }
-                seen.push(event);
             }
         };
-        let event = tokio::time::timeout(PATIENCE, wait)
+        tokio::time::timeout(PATIENCE, wait)
             .await
-            .expect("the marker's event");
-        assert_rejected(&event, FailureKind::Signature, "malformed");
-        std::fs::remove_file(&marker).unwrap();
-        assert_eq!(
-            self.event_for(&marker).await.outcome,
-            ReloadOutcome::Unloaded
-        );
+            .expect("the marker's events");
         seen
     }
 }

@@ -130,10 +130,13 @@ impl Observers {
     }
 }
 
-/// Forwards the registry's reload events to `observers` until the registry
-/// is gone or the task is aborted.
-pub(super) async fn forward_reloads(registry: Arc<SkillRegistry>, observers: Arc<Observers>) {
-    let mut reloads = registry.subscribe();
+/// Forwards the reload events of `registry`, which `reloads` receives, to
+/// `observers` until the registry is gone or the task is aborted.
+pub(super) async fn forward_reloads(
+    mut reloads: broadcast::Receiver<ReloadEvent>,
+    registry: Arc<SkillRegistry>,
+    observers: Arc<Observers>,
+) {
     loop {
         match reloads.recv().await {
             Ok(event) => observers.reload(event, registry.snapshot().len()),

@@ -15,7 +15,7 @@
 //! | `skillhost_llm_calls_total` | `caller` (`main`, `skill`) | LLM calls that returned |
 //! | `skillhost_llm_tokens_total` | `type` (`prompt`, `completion`) | tokens the LLM server counted |
 //! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`) | confirmations opened and how they ended |
-//! | `skillhost_reloads_total` | `outcome` (`loaded`, `unchanged`, `unloaded`, `rejected`) | changes to the skills directory |
+//! | `skillhost_reloads_total` | `outcome` (`loaded`, `restored`, `unloaded`, `rejected`) | changes to the skills directory |
 //! | `skillhost_skills_loaded` | | skills serving now |
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
 //! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
@@ -371,6 +371,8 @@ impl HostMetrics {
     pub(super) fn reload(&self, event: &ReloadEvent, skills_loaded: usize) {
         let outcome = match event.outcome {
             ReloadOutcome::Loaded => "loaded",
+            ReloadOutcome::Restored => "restored",
+            // Never broadcast: a sync that changed nothing is not counted.
             ReloadOutcome::Unchanged => "unchanged",
             ReloadOutcome::Unloaded => "unloaded",
             ReloadOutcome::Rejected { .. } => "rejected",

@@ -263,8 +263,10 @@ impl SkillHostBuilder {
         );
         let observers = Arc::new(Observers::new(tools, skills.runtime().clone()));
         observers.metrics.set_skills_loaded(skills.snapshot().len());
-        // Subscribed before the watcher starts, so no change is missed.
+        // Subscribed here, before the watcher starts, not in the task (which
+        // may first run after the watcher's first events): no change is missed.
         let reloads = AbortOnDrop(tokio::spawn(events::forward_reloads(
+            skills.subscribe(),
             skills.clone(),
             observers.clone(),
         )));

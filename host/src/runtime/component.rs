@@ -69,20 +69,24 @@ pub fn digest_of(bytes: &[u8]) -> String {
 }
 
 impl SkillComponent {
-    /// Compiles `bytes` (off the async executor), links it against the host,
-    /// reads its manifest and instructions in a sandboxed instance, and
-    /// checks the manifest against `tools`.
+    /// Hashes and compiles `bytes` (off the async executor), links the
+    /// component against the host, reads its manifest and instructions in a
+    /// sandboxed instance, and checks the manifest against `tools`.
     pub async fn load(
         runtime: &Runtime,
         bytes: Vec<u8>,
         tools: &ToolRegistry,
     ) -> Result<Self, LoadError> {
-        let digest = digest_of(&bytes);
-        let component = compile(runtime, bytes).await?;
+        let compile = compiler(runtime);
+        let (digest, component) =
+            off_executor(move || Ok((digest_of(&bytes), compile(&bytes)?))).await?;
         Self::from_component(runtime, &component, digest, tools).await
     }
 
-    /// Links an already compiled component (e.g. from the compilation cache).
+    /// Links a component already compiled (by [`compile`], or from the
+    /// compilation cache) whose bytes' digest ([`digest_of`]) the caller
+    /// knows: a caller that hashed the bytes already does not hash them
+    /// again.
     pub async fn from_component(
         runtime: &Runtime,
         component: &Component,
@@ -323,13 +327,19 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
 
 /// Compiles `bytes` into a component off the async executor.
 pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, LoadError> {
+    let compile = compiler(runtime);
+    off_executor(move || compile(&bytes)).await
+}
+
+/// Compiles bytes for `runtime`'s engine, blocking the calling thread.
+fn compiler(runtime: &Runtime) -> impl Fn(&[u8]) -> Result<Component, LoadError> + Send + 'static {
     let engine = runtime.engine().clone();
     let memory_limit = runtime.config().limits.memory_bytes;
-    tokio::task::spawn_blocking(move || {
-        Component::new(&engine, &bytes).map_err(|error| {
+    move |bytes| {
+        Component::new(&engine, bytes).map_err(|error| {
             // wasmtime refuses a memory larger than the pool's slots as a
             // compile error, in its allocator's terms; say it in ours.
-            match largest_initial_memory(&bytes) {
+            match largest_initial_memory(bytes) {
                 Some(needs) if needs > memory_limit as u64 => LoadError::MemoryLimit {
                     needs,
                     allowed: memory_limit,
@@ -337,9 +347,17 @@ pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, Loa
                 _ => LoadError::Compile(format!("{error:#}")),
             }
         })
-    })
-    .await
-    .map_err(|e| LoadError::Compile(e.to_string()))?
+    }
+}
+
+/// Runs `work` (a compile, with the hash of the bytes for `load`) on the
+/// blocking thread pool; should it panic, that is a compile error.
+async fn off_executor<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, LoadError> + Send + 'static,
+) -> Result<T, LoadError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| LoadError::Compile(e.to_string()))?
 }
 
 /// The initial size in bytes of the largest memory any core module of the

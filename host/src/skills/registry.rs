@@ -9,10 +9,12 @@
 //! [`SkillRegistry::sync_path`] brings the registry in line with one file
 //! (the watcher calls it; so may an embedder). Its rules:
 //!
-//! - The file's content is read once; those bytes are verified (signature
-//!   first), compiled, linked and their manifest checked. Nothing is read
-//!   twice, so a file changing meanwhile cannot slip past verification. A
-//!   file larger than [`MAX_SKILL_FILE_BYTES`] is refused unread.
+//! - The file's content is read and hashed once; those bytes are verified
+//!   (signature first), compiled, linked and their manifest checked. Nothing
+//!   is read twice, so a file changing meanwhile cannot slip past
+//!   verification. Reading, hashing, verifying and compiling run off the
+//!   async executor. A file larger than [`MAX_SKILL_FILE_BYTES`] is refused
+//!   unread.
 //! - New content that loads replaces what the file provided before, in one
 //!   swap. Content that fails is recorded as the file's [`LoadFailure`]
 //!   (`kind`, `reason`, digest) and the file's previous version keeps
@@ -26,8 +28,10 @@
 //!   swap, so the skill never disappears.
 //! - Syncs of one file are serialized, so the last content read is the
 //!   content that wins; syncs of different files run independently.
-//! - Every change to the snapshot is broadcast as a [`ReloadEvent`], and so
-//!   is every refused update. A sync that changes nothing (the content is
+//! - Every change to the snapshot is broadcast as a [`ReloadEvent`]: a skill
+//!   loaded or unloaded, an update refused, and a file back to the content
+//!   serving from it after a refused update ([`ReloadOutcome::Restored`]:
+//!   its failure is cleared). A sync that changes nothing (the content is
 //!   the one already loaded or already refused) returns
 //!   [`ReloadOutcome::Unchanged`] and is not broadcast.
 
@@ -44,7 +48,7 @@ use tokio::sync::{Mutex, MutexGuard, broadcast};
 
 use super::SkillName;
 use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
-use crate::runtime::{LoadError, Runtime, SkillComponent, digest_of};
+use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::tools::ToolRegistry;
 
 /// A skill as loaded from a file.
@@ -107,9 +111,16 @@ pub struct LoadFailure {
 /// into memory.
 pub const MAX_SKILL_FILE_BYTES: u64 = 256 << 20;
 
-/// Reads the skill file at `path`, refusing one larger than
-/// [`MAX_SKILL_FILE_BYTES`] without reading it.
-async fn read_skill_file(path: &Path) -> Result<Vec<u8>, FileError> {
+/// A skill file's content as read.
+struct SkillFile {
+    bytes: Vec<u8>,
+    /// `sha256:<hex>` of `bytes`, computed once as they are read.
+    digest: String,
+}
+
+/// Reads and hashes the skill file at `path` off the async executor,
+/// refusing one larger than [`MAX_SKILL_FILE_BYTES`] without reading it.
+async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         let file = std::fs::File::open(&path).map_err(FileError::Read)?;
@@ -124,7 +135,10 @@ async fn read_skill_file(path: &Path) -> Result<Vec<u8>, FileError> {
             .map_err(FileError::Read)?;
         match bytes.len() as u64 {
             read if read > MAX_SKILL_FILE_BYTES => Err(FileError::TooLarge { bytes: read }),
-            _ => Ok(bytes),
+            _ => Ok(SkillFile {
+                digest: digest_of(&bytes),
+                bytes,
+            }),
         }
     })
     .await
@@ -359,9 +373,14 @@ impl SkillVersion {
 pub enum ReloadOutcome {
     /// A skill was added or replaced by the file's new content.
     Loaded,
-    /// Nothing changed: the file's content is the one already loaded (a
-    /// pending failure of the file, if any, is cleared) or the one already
-    /// refused, or a missing file provided nothing.
+    /// The file is back to the content serving from it after an update of
+    /// it was refused (a half-written file completed with the old content, a
+    /// bad update reverted): the file's failure is cleared; the skill, `old`
+    /// and `new`, did not change.
+    Restored,
+    /// Nothing changed: the file's content is the one already loaded or the
+    /// one already refused, or a missing file provided nothing. Returned by
+    /// [`SkillRegistry::sync_path`], never broadcast.
     Unchanged,
     /// The file is gone (deleted, or renamed away) and its skill unloaded.
     Unloaded,
@@ -420,19 +439,18 @@ const EVENT_BUFFER: usize = 256;
 struct Loader {
     runtime: Runtime,
     tools: Arc<ToolRegistry>,
-    policy: SignaturePolicy,
+    policy: Arc<SignaturePolicy>,
 }
 
 impl Loader {
-    async fn load(&self, path: &Path, bytes: Vec<u8>) -> Result<LoadedSkill, FileError> {
+    async fn load(&self, path: &Path, file: SkillFile) -> Result<LoadedSkill, FileError> {
         // Verification reads only the bytes, so it happens before any of
         // them reach the compiler.
-        let signer = match self.policy.check(path, &bytes) {
-            Ok(Verification::Verified(verified)) => Some(verified.signer),
-            Ok(Verification::Unverified) => None,
-            Err(error) => return Err(FileError::Signature(error)),
-        };
-        let component = SkillComponent::load(&self.runtime, bytes, &self.tools).await?;
+        let (bytes, signer) = self.verify(path, file.bytes).await?;
+        let component = compile(&self.runtime, bytes).await?;
+        let component =
+            SkillComponent::from_component(&self.runtime, &component, file.digest, &self.tools)
+                .await?;
         Ok(LoadedSkill {
             component,
             path: path.to_owned(),
@@ -440,14 +458,87 @@ impl Loader {
         })
     }
 
+    /// Checks `bytes` against the signature policy off the async executor
+    /// (a hash of up to [`MAX_SKILL_FILE_BYTES`], then an Ed25519 check per
+    /// signature and trusted key); gives them back with their signer.
+    async fn verify(
+        &self,
+        path: &Path,
+        bytes: Vec<u8>,
+    ) -> Result<(Vec<u8>, Option<Fingerprint>), FileError> {
+        let (policy, path) = (self.policy.clone(), path.to_owned());
+        tokio::task::spawn_blocking(move || match policy.check(&path, &bytes) {
+            Ok(Verification::Verified(verified)) => Ok((bytes, Some(verified.signer))),
+            Ok(Verification::Unverified) => Ok((bytes, None)),
+            Err(error) => Err(FileError::Signature(error)),
+        })
+        .await
+        .expect("verifying a signature does not panic")
+    }
+
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
-        let bytes = read_skill_file(path)
+        let file = read_skill_file(path)
             .await
             .map_err(|error| error.into_failure(path, None))?;
-        let digest = digest_of(&bytes);
-        self.load(path, bytes)
+        let digest = file.digest.clone();
+        self.load(path, file)
             .await
             .map_err(|error| error.into_failure(path, Some(digest)))
+    }
+}
+
+/// One lock per file being synced, so that syncs of one file never overlap
+/// (an older read finishing last would win). A file has an entry only while
+/// a sync holds or waits for its lock: the table does not grow with every
+/// file name ever synced (versioned names, files come and gone).
+#[derive(Default)]
+struct FileLocks(std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>);
+
+impl FileLocks {
+    /// The lock of the file `path`, entered in the table until the returned
+    /// handle is dropped.
+    fn of<'a>(&'a self, path: &'a Path) -> FileLock<'a> {
+        let lock = self.table().entry(path.to_owned()).or_default().clone();
+        FileLock {
+            locks: self,
+            path,
+            lock,
+        }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Mutex<()>>>> {
+        self.0.lock().expect("sync lock table poisoned")
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.table().len()
+    }
+}
+
+/// A file's lock, held or waited for; its entry leaves the table with the
+/// last handle, even when a wait for it is cancelled.
+struct FileLock<'a> {
+    locks: &'a FileLocks,
+    path: &'a Path,
+    lock: Arc<Mutex<()>>,
+}
+
+impl FileLock<'_> {
+    /// Waits until no other sync of the file runs.
+    async fn acquire(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().await
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        let mut table = self.locks.table();
+        // The table's and this handle's: no other sync holds or waits for
+        // it, and none can take it meanwhile (that takes the table's lock).
+        if Arc::strong_count(&self.lock) == 2 {
+            table.remove(self.path);
+        }
     }
 }
 
@@ -457,9 +548,7 @@ pub struct SkillRegistry {
     current: ArcSwap<SkillSnapshot>,
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
-    /// One lock per file ever synced, so that syncs of one file never
-    /// overlap (an older read finishing last would win).
-    syncing: std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    syncing: FileLocks,
     events: broadcast::Sender<ReloadEvent>,
 }
 
@@ -470,11 +559,11 @@ impl SkillRegistry {
             loader: Loader {
                 runtime,
                 tools,
-                policy,
+                policy: Arc::new(policy),
             },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
-            syncing: std::sync::Mutex::default(),
+            syncing: FileLocks::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
         }
     }
@@ -592,24 +681,17 @@ impl SkillRegistry {
     /// Syncs one file; returns its event and the files waiting for a skill
     /// name the change released.
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
-        let lock = self
-            .syncing
-            .lock()
-            .expect("sync lock table poisoned")
-            .entry(path.to_owned())
-            .or_default()
-            .clone();
-        let _syncing = lock.lock().await;
-        let bytes = match read_skill_file(path).await {
-            Ok(bytes) => bytes,
+        let lock = self.syncing.of(path);
+        let _syncing = lock.acquire().await;
+        let file = match read_skill_file(path).await {
+            Ok(file) => file,
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.unload(path).await;
             }
             Err(error) => return self.reject(path, error, None).await,
         };
-        let digest = digest_of(&bytes);
         let current = self.snapshot();
-        if current.is_settled(path, &digest) {
+        if current.is_settled(path, &file.digest) {
             let serving = current
                 .skill_at(path)
                 .map(|skill| SkillVersion::of(&skill.component));
@@ -623,7 +705,7 @@ impl SkillRegistry {
         }
         if current
             .skill_at(path)
-            .is_some_and(|skill| skill.component.digest() == digest)
+            .is_some_and(|skill| skill.component.digest() == file.digest)
         {
             // The loaded content is back (e.g. a half-written update was
             // completed with the old content): only the failure goes.
@@ -631,7 +713,8 @@ impl SkillRegistry {
         }
         // Verify and compile outside the writer lock: a slow compile must
         // not hold up changes to other files.
-        match self.loader.load(path, bytes).await {
+        let digest = file.digest.clone();
+        match self.loader.load(path, file).await {
             Ok(skill) => self.install(skill).await,
             Err(error) => self.reject(path, error, Some(digest)).await,
         }
@@ -724,7 +807,7 @@ impl SkillRegistry {
             path: path.to_owned(),
             old: serving.clone(),
             new: serving,
-            outcome: ReloadOutcome::Unchanged,
+            outcome: ReloadOutcome::Restored,
         };
         let waiting = self.commit(writer, next, std::slice::from_ref(&event));
         (event, waiting)
@@ -823,4 +906,65 @@ pub(crate) fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     paths.sort();
     Ok(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt as _;
+
+    use super::*;
+    use crate::runtime::RuntimeConfig;
+
+    #[tokio::test]
+    async fn a_file_lock_serializes_syncs_and_leaves_the_table_with_the_last() {
+        let locks = FileLocks::default();
+        let (a, b) = (Path::new("/s/a.wasm"), Path::new("/s/b.wasm"));
+        let first = locks.of(a);
+        let held = first.acquire().await;
+        let second = locks.of(a);
+        assert!(second.acquire().now_or_never().is_none(), "a is held");
+        assert!(locks.of(b).acquire().now_or_never().is_some(), "b is not");
+        assert_eq!(locks.len(), 1, "b is forgotten with its only sync");
+        drop(held);
+        drop(first);
+        assert_eq!(locks.len(), 1, "a sync still waits for a");
+        drop(second.acquire().await);
+        drop(second);
+        assert_eq!(locks.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_for_a_file_lock_leaves_no_entry() {
+        let locks = FileLocks::default();
+        let path = Path::new("/s/a.wasm");
+        let first = locks.of(path);
+        let held = first.acquire().await;
+        let waiting = locks.of(path);
+        assert!(waiting.acquire().now_or_never().is_none());
+        drop(waiting);
+        drop(held);
+        drop(first);
+        assert_eq!(locks.len(), 0);
+    }
+
+    /// Regression: the table kept one lock per file ever synced.
+    #[tokio::test]
+    async fn syncs_leave_no_lock_behind() {
+        let runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_instances: 1,
+            ..RuntimeConfig::default()
+        })
+        .unwrap();
+        let tools = Arc::new(ToolRegistry::new());
+        let registry = SkillRegistry::new(runtime, tools, SignaturePolicy::AllowUnsigned);
+        let dir = tempfile::tempdir().unwrap();
+        for version in 0..3 {
+            let path = dir.path().join(format!("skill-{version}.wasm"));
+            std::fs::write(&path, b"not a component").unwrap();
+            registry.sync_path(&path).await;
+            std::fs::remove_file(&path).unwrap();
+            registry.sync_path(&path).await;
+        }
+        assert_eq!(registry.syncing.len(), 0);
+    }
 }

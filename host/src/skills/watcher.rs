@@ -12,6 +12,15 @@
 //! over from the vanished `a.wasm` — before `a.wasm` is synced, and never
 //! disappears. Reads (including the registry's own) are ignored.
 //!
+//! Files sync in parallel, each in its own task, so that a slow compile (a
+//! large componentize-py skill) holds up neither another file nor the
+//! watcher's reading of events. A file still there syncs as soon as it is
+//! due; a file gone waits until every sync due before it has finished, so
+//! that a renamed skill's new file, which may still be compiling, takes the
+//! skill over before the old file's sync unloads it (see `SyncOrder`). The
+//! registry serializes syncs of one file, each reading it when its turn
+//! comes, so an older content never overwrites a newer one.
+//!
 //! A skill file may be a symlink; it is read through the link, and the
 //! skill keeps the link's path. That is how a Kubernetes ConfigMap or Secret
 //! volume (and other atomic-swap deployments) lays the directory out:
@@ -33,9 +42,9 @@
 //! [`DEBOUNCE`]. Each event pushes the pending rescan back, so the burst of
 //! events one swap makes runs one rescan, after the swap is complete. A
 //! rescan reads and hashes each file; only content that changed is
-//! verified and compiled (see [`SkillRegistry::sync_path`]). Files still
-//! there are synced before files that are gone, so a skill whose file was
-//! renamed in the swap is taken over rather than unloaded and loaded again.
+//! verified and compiled (see [`SkillRegistry::sync_path`]). Files gone
+//! sync after the files still there, so a skill whose file was renamed in
+//! the swap is taken over rather than unloaded and loaded again.
 //!
 //! Hidden entries (names starting with `.`) are never skills: temporary
 //! files written before a rename into place (`.x.wasm.tmp`), and the
@@ -63,7 +72,7 @@
 //! again. When the watcher starts, and whenever the OS reports that events
 //! were lost, the directory is rescanned.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -71,9 +80,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::future::join_all;
 use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
+use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 
 use super::SkillRegistry;
@@ -91,7 +102,8 @@ pub const DEBOUNCE: Duration = Duration::from_millis(20);
 /// giving up on finding where it leads (the kernel's own limit is 40).
 const MAX_LINKS: usize = 40;
 
-/// Keeps the registry watching while alive; dropping it stops the watcher.
+/// Keeps the registry watching while alive; dropping it stops the watcher
+/// and aborts the syncs it started.
 pub struct WatchHandle {
     task: tokio::task::JoinHandle<()>,
 }
@@ -429,14 +441,9 @@ impl Schedule {
     /// Takes what is due at `now`: the files due, and when the rescan is
     /// due, the files `everything` lists (called once), less those whose
     /// own quiet time is still running (a write in progress keeps its
-    /// debounce). In the order to sync them: files that exist first, so
-    /// that should both names of a rename be due together, the destination
-    /// takes the skill over before the source unloads it.
-    fn take_due(
-        &mut self,
-        now: Instant,
-        everything: impl FnOnce() -> Vec<PathBuf>,
-    ) -> Vec<PathBuf> {
+    /// debounce); split into files still there and files gone, which sync
+    /// in that order ([`SyncOrder`]).
+    fn take_due(&mut self, now: Instant, everything: impl FnOnce() -> Vec<PathBuf>) -> Due {
         let mut ready: Vec<PathBuf> = self
             .files
             .iter()
@@ -455,9 +462,128 @@ impl Schedule {
         for path in &ready {
             self.files.remove(path);
         }
-        ready.sort_by_key(|path| (!path.exists(), path.clone()));
+        ready.sort();
         ready.dedup();
-        ready
+        let (present, gone) = ready.into_iter().partition(|path| path.exists());
+        Due { present, gone }
+    }
+}
+
+/// The files due for a sync at one time.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Due {
+    /// Files still there.
+    present: Vec<PathBuf>,
+    /// Files gone (deleted, renamed away, a link leading nowhere).
+    gone: Vec<PathBuf>,
+}
+
+/// Syncs the watcher starts as one task: one file still there, or the
+/// files gone of one [`Due`].
+#[derive(Debug, PartialEq, Eq)]
+struct SyncTask {
+    /// Its place in the order things were due in.
+    turn: u64,
+    paths: Vec<PathBuf>,
+}
+
+/// When the watcher's syncs start. A file still there syncs as soon as it
+/// is due, whatever else is syncing: a slow compile (a large
+/// componentize-py skill) holds up no other file. The files gone of one
+/// `Due` sync once every sync due before them (those of the same `Due`
+/// included) has finished, so a skill whose file was renamed is taken over
+/// by the new file, which may still be compiling, rather than unloaded in
+/// between. Syncs of one file never overlap whatever the order here: the
+/// registry serializes them, each reading the file once it is its turn.
+#[derive(Debug, Default)]
+struct SyncOrder {
+    next_turn: u64,
+    /// Turns of the syncs started or waiting, not finished yet.
+    unfinished: BTreeSet<u64>,
+    /// Syncs of files gone waiting for their turn, in the order they were due.
+    waiting: VecDeque<SyncTask>,
+}
+
+impl SyncOrder {
+    /// Takes the files `due`; returns the syncs to start now.
+    fn due(&mut self, due: Due) -> Vec<SyncTask> {
+        let mut start: Vec<SyncTask> = due
+            .present
+            .into_iter()
+            .map(|path| self.task(vec![path]))
+            .collect();
+        if !due.gone.is_empty() {
+            let gone = self.task(due.gone);
+            self.waiting.push_back(gone);
+        }
+        start.extend(self.next_gone());
+        start
+    }
+
+    /// Records that the sync `turn` finished; returns the sync it let start.
+    fn finished(&mut self, turn: u64) -> Option<SyncTask> {
+        self.unfinished.remove(&turn);
+        self.next_gone()
+    }
+
+    fn task(&mut self, paths: Vec<PathBuf>) -> SyncTask {
+        let turn = self.next_turn;
+        self.next_turn += 1;
+        self.unfinished.insert(turn);
+        SyncTask { turn, paths }
+    }
+
+    /// The first sync of files gone waiting, once nothing due before it is
+    /// unfinished. It stays unfinished while it runs, so the next waits.
+    fn next_gone(&mut self) -> Option<SyncTask> {
+        let turn = self.waiting.front()?.turn;
+        if self.unfinished.first() != Some(&turn) {
+            return None;
+        }
+        self.waiting.pop_front()
+    }
+}
+
+/// The syncs the watcher started, each a task, in [`SyncOrder`]. Dropped
+/// with the watcher's own task when its [`WatchHandle`] is: the syncs still
+/// running are aborted then (a sync cut short has swapped in a whole
+/// snapshot or none).
+struct Syncs {
+    registry: Arc<SkillRegistry>,
+    order: SyncOrder,
+    running: JoinSet<u64>,
+}
+
+impl Syncs {
+    fn due(&mut self, due: Due) {
+        for task in self.order.due(due) {
+            self.start(task);
+        }
+    }
+
+    /// Takes what a sync task returned: its turn, or its panic, which stops
+    /// the watcher as it would have inside the watcher's own task.
+    fn finished(&mut self, result: Result<u64, JoinError>) {
+        let turn = result.unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
+        if let Some(task) = self.order.finished(turn) {
+            self.start(task);
+        }
+    }
+
+    fn start(&mut self, task: SyncTask) {
+        let registry = self.registry.clone();
+        self.running.spawn(async move {
+            join_all(task.paths.iter().map(|path| registry.sync_path(path))).await;
+            task.turn
+        });
+    }
+}
+
+/// Sleeps until `deadline`; without one, forever.
+async fn sleep_until_due(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -467,29 +593,27 @@ async fn debounce_and_sync(
     mut changes: mpsc::UnboundedReceiver<Change>,
 ) {
     let mut schedule = Schedule::default();
+    let mut syncs = Syncs {
+        registry: registry.clone(),
+        order: SyncOrder::default(),
+        running: JoinSet::new(),
+    };
     loop {
-        let change = match schedule.next_due() {
-            Some(deadline) => tokio::select! {
-                change = changes.recv() => change,
-                () = tokio::time::sleep_until(deadline) => {
-                    // A rescan first makes sure it lists the directory the
-                    // path leads to now, watched from now on.
-                    let rescan = || {
-                        watches.follow();
-                        everything(&registry, &watches.dir)
-                    };
-                    let ready = schedule.take_due(Instant::now(), rescan);
-                    for path in ready {
-                        registry.sync_path(&path).await;
-                    }
-                    continue;
-                }
+        tokio::select! {
+            change = changes.recv() => match change {
+                None => return,
+                Some(change) => schedule.add(change, Instant::now()),
             },
-            None => changes.recv().await,
-        };
-        match change {
-            None => return,
-            Some(change) => schedule.add(change, Instant::now()),
+            () = sleep_until_due(schedule.next_due()) => {
+                // A rescan first makes sure it lists the directory the path
+                // leads to now, watched from now on.
+                let rescan = || {
+                    watches.follow();
+                    everything(&registry, &watches.dir)
+                };
+                syncs.due(schedule.take_due(Instant::now(), rescan));
+            }
+            Some(result) = syncs.running.join_next() => syncs.finished(result),
         }
     }
 }
@@ -719,13 +843,16 @@ mod tests {
             schedule.add(Change::Rescan, at(start, ms));
         }
         assert_eq!(schedule.next_due(), Some(at(start, 15) + DEBOUNCE));
-        assert!(schedule.take_due(at(start, 30), everything).is_empty());
+        assert_eq!(schedule.take_due(at(start, 30), everything), Due::default());
         assert_eq!(listed.get(), 0, "not listed before the burst is over");
         let ready = schedule.take_due(at(start, 35), everything);
-        assert_eq!(ready, [PathBuf::from("/nonexistent/a.wasm")]);
+        assert_eq!(ready, gone(&["/nonexistent/a.wasm"]));
         assert_eq!(listed.get(), 1);
         assert_eq!(schedule.next_due(), None);
-        assert!(schedule.take_due(at(start, 100), everything).is_empty());
+        assert_eq!(
+            schedule.take_due(at(start, 100), everything),
+            Due::default()
+        );
         assert_eq!(listed.get(), 1, "one rescan");
     }
 
@@ -737,21 +864,79 @@ mod tests {
         schedule.add(Change::Rescan, start);
         schedule.add(Change::Paths(vec![(a.clone(), DEBOUNCE)]), at(start, 15));
         let ready = schedule.take_due(at(start, 20), || vec![a.clone(), b.clone()]);
-        assert_eq!(ready, [b]);
+        assert_eq!(ready, gone(&["/n/b.wasm"]));
         assert_eq!(schedule.next_due(), Some(at(start, 15) + DEBOUNCE));
-        assert_eq!(schedule.take_due(at(start, 35), Vec::new), [a]);
+        assert_eq!(
+            schedule.take_due(at(start, 35), Vec::new),
+            gone(&["/n/a.wasm"])
+        );
+    }
+
+    /// Files due that are all gone.
+    fn gone(paths: &[&str]) -> Due {
+        Due {
+            present: Vec::new(),
+            gone: paths.iter().map(PathBuf::from).collect(),
+        }
     }
 
     #[test]
-    fn files_that_exist_are_synced_first() {
+    fn files_due_are_split_into_those_still_there_and_those_gone() {
         let dir = tempfile::tempdir().unwrap();
         let here = dir.path().join("z.wasm");
         std::fs::write(&here, b"").unwrap();
-        let gone = dir.path().join("a.wasm");
+        let away = dir.path().join("a.wasm");
         let mut schedule = Schedule::default();
         let start = Instant::now();
         schedule.add(Change::Rescan, start);
-        let ready = schedule.take_due(at(start, 20), || vec![gone.clone(), here.clone()]);
-        assert_eq!(ready, [here, gone]);
+        let ready = schedule.take_due(at(start, 20), || vec![away.clone(), here.clone()]);
+        assert_eq!(
+            ready,
+            Due {
+                present: vec![here],
+                gone: vec![away]
+            }
+        );
+    }
+
+    /// The paths of `tasks`, one list per task.
+    fn paths_of(tasks: &[SyncTask]) -> Vec<Vec<PathBuf>> {
+        tasks.iter().map(|task| task.paths.clone()).collect()
+    }
+
+    #[test]
+    fn files_still_there_sync_at_once_and_files_gone_after_everything_due_before() {
+        let path = |name: &str| PathBuf::from(format!("/s/{name}.wasm"));
+        let mut order = SyncOrder::default();
+        let first = order.due(Due {
+            present: vec![path("a"), path("b")],
+            gone: vec![path("c"), path("d")],
+        });
+        assert_eq!(paths_of(&first), [[path("a")], [path("b")]], "c and d wait");
+        let second = order.due(Due {
+            present: vec![path("e")],
+            gone: vec![path("f")],
+        });
+        assert_eq!(paths_of(&second), [[path("e")]], "e waits for nothing");
+        assert_eq!(order.finished(second[0].turn), None);
+        assert_eq!(order.finished(first[0].turn), None, "b is still syncing");
+        let c_and_d = order.finished(first[1].turn).expect("c and d's turn");
+        assert_eq!(c_and_d.paths, [path("c"), path("d")]);
+        let third = order.due(Due {
+            present: vec![path("g")],
+            gone: Vec::new(),
+        });
+        assert_eq!(paths_of(&third), [[path("g")]], "g waits for nothing");
+        let next = order.finished(c_and_d.turn).expect("f's turn");
+        assert_eq!(next.paths, [path("f")]);
+        assert_eq!(order.finished(next.turn), None);
+        let last = order.due(gone(&["/s/h.wasm"]));
+        assert!(last.is_empty(), "h waits for g");
+        let last = order.finished(third[0].turn).expect("h's turn");
+        assert_eq!(last.paths, [path("h")]);
+        assert_eq!(order.finished(last.turn), None);
+        // With nothing unfinished, a file gone syncs at once.
+        let at_once = order.due(gone(&["/s/i.wasm"]));
+        assert_eq!(paths_of(&at_once), [[path("i")]]);
     }
 }
