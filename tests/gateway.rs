@@ -467,6 +467,14 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     let (_, listing) = served.get("/v1/skills").await;
     assert_eq!(listing["failures"][0]["file"], "versioned.wasm");
     events.reload("rejected").await;
+    // Health says the directory and what is served differ, not why.
+    let (status, health) = served.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(health["status"], "degraded");
+    assert_eq!(
+        health["problems"],
+        json!(["1 skill file did not load; GET /v1/skills says why"])
+    );
 
     // Putting the serving content back clears the error, and says so.
     let restoring = served.dir.path().join(".versioned.wasm.tmp");
@@ -478,8 +486,38 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     let (_, one) = served.get("/v1/skills/versioned").await;
     assert_eq!(one["status"], "loaded");
     assert_eq!(one["last_error"], Value::Null);
+    let (_, health) = served.get("/healthz").await;
+    assert_eq!(health["status"], "ok");
+    assert_eq!(health["problems"], json!([]));
     // Shutting down ends the event stream rather than waiting on it.
     drop(events);
+    served.shut_down().await;
+}
+
+#[tokio::test]
+async fn health_is_degraded_while_the_skills_directory_is_gone_and_recovers_with_it() {
+    let served = Served::start(Setup {
+        skills: &["processRefund"],
+        ..Setup::default()
+    })
+    .await;
+    let dir = served.dir.path().to_owned();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let health = wait_for(&served, "/healthz", |health| health["skills"] == 0).await;
+    assert_eq!(health["status"], "degraded");
+    let problem = health["problems"][0].as_str().unwrap();
+    assert!(
+        problem.starts_with("the skills directory cannot be read (entity not found)"),
+        "{problem}"
+    );
+    // The open route names no path.
+    assert!(!problem.contains(dir.to_str().unwrap()), "{problem}");
+
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::copy(skill_file("processRefund"), dir.join("processRefund.wasm")).unwrap();
+    let health = wait_for(&served, "/healthz", |health| health["skills"] == 1).await;
+    assert_eq!(health["status"], "ok", "{health:#}");
+    assert_eq!(health["problems"], json!([]));
     served.shut_down().await;
 }
 
@@ -693,7 +731,7 @@ async fn chat_without_a_model_is_a_503_saying_how_to_configure_one() {
     let (_, health) = served.get("/healthz").await;
     assert_eq!(
         health,
-        json!({"status": "ok", "skills": 2, "failures": 0, "llm": false})
+        json!({"status": "ok", "skills": 2, "failures": 0, "llm": false, "problems": []})
     );
     let (_, models) = served.get("/v1/models").await;
     assert_eq!(models["data"], json!([]));

@@ -17,7 +17,7 @@
 //! | `GET /v1/events` | admin | SSE: `reload`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
-//! | `GET /healthz` | open | liveness and a summary: skills loaded, failures, LLM configured |
+//! | `GET /healthz` | open | liveness (always 200) and a summary: skills loaded, failures, LLM configured; `degraded`, with `problems`, while the skills directory cannot be read or files in it did not load |
 //!
 //! # Confirmations in OpenAI's format
 //!
