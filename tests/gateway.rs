@@ -473,7 +473,7 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
     assert_eq!(health["status"], "degraded");
     assert_eq!(
         health["problems"],
-        json!(["1 skill file did not load; GET /v1/skills says why"])
+        json!(["1 skill file did not load; the skill listing (GET /v1/skills) says why"])
     );
 
     // Putting the serving content back clears the error, and says so.

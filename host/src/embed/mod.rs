@@ -426,4 +426,60 @@ impl SkillHost {
     pub fn llm(&self) -> Result<&LlmClient, &NoLlm> {
         self.inner.llm.as_ref()
     }
+
+    /// A summary for health checks: what is loaded, and whether what is
+    /// served differs from what the skills directory asks for — it cannot
+    /// be read (its skills were unloaded with it), or files in it did not
+    /// load. The problems carry no paths or reasons, so that an open health
+    /// route shows none; [`SkillHost::snapshot`] and the log have them.
+    pub async fn health(&self) -> Health {
+        let snapshot = self.snapshot();
+        let failures = snapshot.failures().count();
+        let mut problems = Vec::new();
+        if let Err(error) = tokio::fs::read_dir(self.skills_dir()).await {
+            problems.push(format!(
+                "the skills directory cannot be read ({}); the skills it held are unloaded until it can",
+                error.kind()
+            ));
+        }
+        if failures > 0 {
+            let files = if failures == 1 { "file" } else { "files" };
+            problems.push(format!(
+                "{failures} skill {files} did not load; the skill listing (GET /v1/skills) says why"
+            ));
+        }
+        Health {
+            status: if problems.is_empty() {
+                HealthStatus::Ok
+            } else {
+                HealthStatus::Degraded
+            },
+            skills: snapshot.len(),
+            failures,
+            llm: self.llm().is_ok(),
+            problems,
+        }
+    }
+}
+
+/// [`SkillHost::health`]: the body of the gateway's `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    pub status: HealthStatus,
+    /// Skills loaded.
+    pub skills: usize,
+    /// Files in the skills directory that did not load.
+    pub failures: usize,
+    /// Whether an LLM is configured.
+    pub llm: bool,
+    /// What makes the status `degraded`, in words; empty when `ok`.
+    pub problems: Vec<String>,
+}
+
+/// Whether the host serves what its skills directory asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthStatus {
+    Ok,
+    Degraded,
 }

@@ -15,36 +15,13 @@ use tokio::sync::broadcast::error::RecvError;
 use super::chat::answer_path;
 use super::openai::confirmation_json;
 use super::{AppState, Mount};
+use crate::embed::Health;
 use crate::embed::metrics::CONTENT_TYPE;
 
-/// `GET /healthz`: always 200 while the process serves (liveness). The
-/// status is `degraded` while what is served differs from what the skills
-/// directory asks for — the directory cannot be read, or files in it did not
-/// load — and `problems` says what, without paths or reasons: the route is
-/// open, and `/v1/skills` and the log have the details.
-pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let snapshot = state.host.snapshot();
-    let failures = snapshot.failures().count();
-    let mut problems = Vec::new();
-    if let Err(error) = tokio::fs::read_dir(state.host.skills_dir()).await {
-        problems.push(format!(
-            "the skills directory cannot be read ({}); the skills it held are unloaded until it can",
-            error.kind()
-        ));
-    }
-    if failures > 0 {
-        let files = if failures == 1 { "file" } else { "files" };
-        problems.push(format!(
-            "{failures} skill {files} did not load; GET /v1/skills says why"
-        ));
-    }
-    Json(json!({
-        "status": if problems.is_empty() { "ok" } else { "degraded" },
-        "skills": snapshot.len(),
-        "failures": failures,
-        "llm": state.host.llm().is_ok(),
-        "problems": problems,
-    }))
+/// `GET /healthz`: always 200 while the process serves (liveness), with
+/// [`SkillHost::health`](crate::embed::SkillHost::health) as the body.
+pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<Health> {
+    Json(state.host.health().await)
 }
 
 /// `GET /metrics`.
