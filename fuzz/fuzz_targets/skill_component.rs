@@ -1,27 +1,4 @@
-//! Any bytes loaded as a skill component (signatures aside): compilation,
-//! linking, the manifest and instructions read from a sandboxed instance,
-//! the manifest's rules, and — when it loads and has steps — one run of the
-//! steps against the demo shop. Seed with `skills/` and `tests/fixtures/`:
-//! mutated data segments give the host hostile manifests.
+//! [`skillhost_fuzz::targets::skill_component`] under libFuzzer.
 #![no_main]
 
-use std::sync::LazyLock;
-
-use libfuzzer_sys::fuzz_target;
-use serde_json::json;
-use skillhost_fuzz::Sandbox;
-
-static SANDBOX: LazyLock<Sandbox> = LazyLock::new(Sandbox::default);
-
-fuzz_target!(|bytes: &[u8]| {
-    let sandbox = &*SANDBOX;
-    let Ok(skill) = sandbox.load(bytes.to_vec()) else {
-        return;
-    };
-    if skill.manifest().has_steps {
-        let input = json!({ "orderId": "88231", "reason": "fuzz" });
-        let _ = sandbox
-            .executor
-            .block_on(skill.run(&input, sandbox.tools.clone()));
-    }
-});
+libfuzzer_sys::fuzz_target!(|input: &[u8]| skillhost_fuzz::targets::skill_component::run(input));

@@ -1,6 +1,6 @@
-//! What the fuzz targets share: an executor, the demo shop's tools, a
-//! sandbox to load components in, the repository's bundled skills and trust
-//! store, a loopback server.
+//! The fuzz targets ([`targets`]) and what they share: an executor, the demo
+//! shop's tools, a sandbox to load components in, the repository's bundled
+//! skills and trust store, a loopback server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,6 +13,8 @@ use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::{self, DemoDb};
+
+pub mod targets;
 
 /// A path in the repository.
 pub fn repo(path: &str) -> String {
