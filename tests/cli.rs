@@ -719,6 +719,74 @@ async fn started_elsewhere_it_names_the_setting_and_directory_to_fix() {
 }
 
 #[tokio::test]
+async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletions() {
+    use tokio::io::AsyncBufReadExt;
+
+    // `--skills skills`, as the README's main command has it by default.
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    for name in ["processRefund", "inquireOrderStatus"] {
+        std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
+    }
+    let fixture = |name: &str| repo_root().join(format!("tests/fixtures/{name}.wasm"));
+    std::fs::copy(fixture("versioned-1"), skills.join("versioned.wasm")).unwrap();
+    let mut serve = work
+        .host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills"))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting skillhost serve");
+    let mut stderr = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
+    let base = loop {
+        let line = stderr
+            .next_line()
+            .await
+            .unwrap()
+            .expect("serve announces its address");
+        if let Some(rest) = line.strip_prefix("skillhost serving on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move {
+            reqwest::get(url)
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let until = async |path: &str, ready: &dyn Fn(&Value) -> bool| {
+        for _ in 0..400 {
+            let body = get(path).await;
+            if ready(&body) {
+                return body;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("{path} never got ready: {:#}", get(path).await);
+    };
+    assert_eq!(get("/healthz").await["skills"], 3);
+
+    // A new version renamed into place replaces the old one...
+    let staged = skills.join(".versioned.wasm.tmp");
+    std::fs::copy(fixture("versioned-2"), &staged).unwrap();
+    std::fs::rename(&staged, skills.join("versioned.wasm")).unwrap();
+    let versioned = until("/v1/skills/versioned", &|skill| skill["version"] == "2.0.0").await;
+    assert_eq!(versioned["last_error"], Value::Null);
+    // ... and a deleted file's skill is unloaded.
+    std::fs::remove_file(skills.join("processRefund.wasm")).unwrap();
+    let health = until("/healthz", &|health| health["skills"] == 2).await;
+    assert_eq!(health["status"], "ok", "{health:#}");
+    let listing = get("/v1/skills").await;
+    assert_eq!(listing["failures"], json!([]));
+    serve.kill().await.unwrap();
+}
+
+#[tokio::test]
 async fn skills_json_lists_the_seven_bundled_skills_with_their_signer() {
     let work = Workdir::new();
     let mut command = work.host_command(&["skills", "--json"], &bundled());

@@ -670,6 +670,7 @@ impl SkillRegistry {
     /// for a skill name `path` released are synced too, and their events are
     /// broadcast.
     pub async fn sync_path(&self, path: &Path) -> ReloadEvent {
+        let path = &file_key(path);
         let (event, mut waiting) = self.sync_file(path).await;
         while !waiting.is_empty() {
             let next = waiting.remove(0);
@@ -894,11 +895,18 @@ pub fn is_skill_file(path: &Path) -> bool {
     !hidden && path.extension().is_some_and(|ext| ext == "wasm")
 }
 
+/// `path` as the registry keys files: absolute, as the watcher's events
+/// name them, so that a relative skills directory (`--skills skills`) and
+/// its events meet on the same keys.
+fn file_key(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
 /// The skill component files in `dir` (symlinks to files included, not
-/// subdirectories), sorted.
+/// subdirectories), sorted, as absolute paths ([`file_key`]).
 pub(crate) fn wasm_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut paths = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
+    for entry in std::fs::read_dir(std::path::absolute(dir)?)? {
         let path = entry?.path();
         if is_skill_file(&path) && path.is_file() {
             paths.push(path);

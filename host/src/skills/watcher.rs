@@ -139,8 +139,13 @@ enum Change {
 /// beginning with a rescan, so that changes made since the registry was
 /// loaded are not missed. Must be called inside a tokio runtime.
 pub fn watch(registry: Arc<SkillRegistry>, dir: &Path) -> Result<WatchHandle, WatchError> {
+    // Absolute, as notify names what it reports (and the registry its files).
+    let dir = std::path::absolute(dir).map_err(|cause| WatchError {
+        dir: dir.to_owned(),
+        cause: notify::Error::io(cause),
+    })?;
     let (sender, receiver) = mpsc::unbounded_channel();
-    let watches = Watches::set(dir, sender.clone())?;
+    let watches = Watches::set(&dir, sender.clone())?;
     // Queued after the watches are in place: nothing falls in between.
     let _ = sender.send(Change::Rescan);
     let task = tokio::spawn(debounce_and_sync(registry, watches, receiver));
