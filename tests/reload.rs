@@ -315,33 +315,34 @@ async fn restoring_the_loaded_content_clears_the_failure() {
 /// Regression: the watcher synced one file at a time, so one slow load (a
 /// large componentize-py skill compiling) held up every other file. Here a
 /// skill file is a FIFO, whose sync reads until the test closes its end.
+/// Regression: a FIFO named like a skill file was opened to read, which
+/// waits for a writer — forever when none comes — and every file deleted
+/// after it waits for what was due before it: deleted skills kept serving
+/// until a restart, and the host could not shut down.
 #[tokio::test]
-async fn a_file_whose_sync_is_stuck_holds_up_no_other_file() {
-    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
-    let stuck = watched.path("stuck.wasm");
+async fn a_fifo_among_the_skills_is_refused_unread_and_holds_up_no_other_file() {
+    let mut watched = Watched::start(
+        &[("versioned.wasm", &v1()), ("noop.wasm", &noop())],
+        demo_policy(),
+    )
+    .await;
+    let fifo = watched.path("stuck.wasm");
     let made = std::process::Command::new("mkfifo")
-        .arg(&stuck)
+        .arg(&fifo)
         .status()
         .unwrap();
     assert!(made.success(), "mkfifo: {made}");
-    // Opening a FIFO to write waits for a reader: the watcher's sync of it,
-    // whose read then lasts until `writer` is closed.
-    let opening = tokio::task::spawn_blocking({
-        let stuck = stuck.clone();
-        move || std::fs::OpenOptions::new().write(true).open(stuck)
-    });
-    let writer = tokio::time::timeout(PATIENCE, opening)
-        .await
-        .expect("the watcher syncs the new file")
-        .unwrap()
-        .unwrap();
+    let event = watched.event_for(&fifo).await;
+    assert_rejected(&event, FailureKind::Read, "not a regular file (a FIFO)");
+    // A deletion after it, and a replacement.
+    let deleted = watched.path("noop.wasm");
+    std::fs::remove_file(&deleted).unwrap();
+    let event = watched.event_for(&deleted).await;
+    assert_eq!(event.outcome, ReloadOutcome::Unloaded);
+    assert_eq!(event.old, noop_version());
     let path = watched.path("versioned.wasm");
     watched.rename_over("versioned.wasm", &v2());
     watched.expect_upgrade_to_v2(&path).await;
-    // The watcher stops first: closing `writer` is an event on the FIFO,
-    // whose sync would wait for a writer forever.
-    drop(watched);
-    drop(writer);
 }
 
 /// Regression: a host subscribed to its registry's events only when the

@@ -38,6 +38,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read as _;
 use std::num::NonZero;
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -119,12 +120,25 @@ struct SkillFile {
 }
 
 /// Reads and hashes the skill file at `path` off the async executor,
-/// refusing one larger than [`MAX_SKILL_FILE_BYTES`] without reading it.
+/// refusing one larger than [`MAX_SKILL_FILE_BYTES`], or one that is not a
+/// regular file, without reading it.
 async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
-        let file = std::fs::File::open(&path).map_err(FileError::Read)?;
-        let size = file.metadata().map_err(FileError::Read)?.len();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            // A FIFO opened to read waits for a writer, forever if none
+            // comes, holding up the files gone after it: opened without
+            // waiting, it is refused below. Reads of a regular file
+            // ignore the flag.
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(FileError::Read)?;
+        let meta = file.metadata().map_err(FileError::Read)?;
+        if !meta.is_file() {
+            return Err(FileError::NotAFile(file_type_name(meta.file_type())));
+        }
+        let size = meta.len();
         if size > MAX_SKILL_FILE_BYTES {
             return Err(FileError::TooLarge { bytes: size });
         }
@@ -145,11 +159,28 @@ async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
     .expect("reading a skill file does not panic")
 }
 
+/// What a file that is not a regular file is, for [`FileError::NotAFile`].
+fn file_type_name(file_type: std::fs::FileType) -> &'static str {
+    if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else if file_type.is_char_device() || file_type.is_block_device() {
+        "a device"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else {
+        "another kind of file"
+    }
+}
+
 /// Why a file's content did not load.
 #[derive(Debug, thiserror::Error)]
 enum FileError {
     #[error("cannot read file: {0}")]
     Read(#[source] std::io::Error),
+    #[error("not a regular file ({0}); a skill file must be one, and was not read")]
+    NotAFile(&'static str),
     #[error(
         "the file has {bytes} bytes, more than the {} MiB a skill file may have; not read",
         MAX_SKILL_FILE_BYTES >> 20
@@ -177,7 +208,7 @@ fn signature_refusal(error: &SignatureError) -> String {
 impl FileError {
     fn kind(&self) -> FailureKind {
         match self {
-            Self::Read(_) => FailureKind::Read,
+            Self::Read(_) | Self::NotAFile(_) => FailureKind::Read,
             Self::TooLarge { .. } => FailureKind::TooLarge,
             Self::Signature(_) => FailureKind::Signature,
             Self::Load(LoadError::Compile(_) | LoadError::MemoryLimit { .. }) => {
