@@ -504,7 +504,13 @@ impl Loader {
             Err(error) => Err(FileError::Signature(error)),
         })
         .await
-        .expect("verifying a signature does not panic")
+        // A panic in the check (a parser bug on hostile bytes) refuses the
+        // file rather than ending the sync, and with it hot reload.
+        .unwrap_or_else(|panic| {
+            Err(FileError::Signature(SignatureError::Malformed(format!(
+                "the signature check failed on this file ({panic})"
+            ))))
+        })
     }
 
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {

@@ -75,16 +75,18 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
+use std::panic::AssertUnwindSafe;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use futures::future::join_all;
 use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind, RenameMode};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
-use tokio::task::{JoinError, JoinSet};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::SkillRegistry;
@@ -566,19 +568,31 @@ impl Syncs {
         }
     }
 
-    /// Takes what a sync task returned: its turn, or its panic, which stops
-    /// the watcher as it would have inside the watcher's own task.
-    fn finished(&mut self, result: Result<u64, JoinError>) {
-        let turn = result.unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
+    /// Takes the turn of a sync task that finished.
+    fn finished(&mut self, turn: u64) {
         if let Some(task) = self.order.finished(turn) {
             self.start(task);
         }
     }
 
+    /// Starts `task`. A sync that panics (a bug) is logged and counts as
+    /// finished: the registry keeps the snapshot it had (a sync swaps in a
+    /// whole one or none), and hot reload goes on for every other file.
     fn start(&mut self, task: SyncTask) {
         let registry = self.registry.clone();
         self.running.spawn(async move {
-            join_all(task.paths.iter().map(|path| registry.sync_path(path))).await;
+            let syncs = join_all(task.paths.iter().map(|path| registry.sync_path(path)));
+            if let Err(panic) = AssertUnwindSafe(syncs).catch_unwind().await {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("no message");
+                tracing::error!(
+                    paths = ?task.paths, panic = message,
+                    "a skill file's sync panicked; the skills loaded before stay"
+                );
+            }
             task.turn
         });
     }
@@ -618,7 +632,9 @@ async fn debounce_and_sync(
                 };
                 syncs.due(schedule.take_due(Instant::now(), rescan));
             }
-            Some(result) = syncs.running.join_next() => syncs.finished(result),
+            // Never an error: sync tasks catch their panics, and are
+            // aborted only with this task.
+            Some(Ok(turn)) = syncs.running.join_next() => syncs.finished(turn),
         }
     }
 }
