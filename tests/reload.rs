@@ -237,37 +237,49 @@ async fn a_file_renamed_away_unloads_its_skill() {
     assert_eq!(watched.answer().await, None);
 }
 
+/// Looks a skill up continuously, counting the lookups that miss it.
+struct Gaps {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<usize>,
+}
+
+impl Gaps {
+    fn watch(registry: &Arc<SkillRegistry>, name: &'static str) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn({
+            let (registry, stop) = (registry.clone(), stop.clone());
+            async move {
+                let mut missing = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    if registry.get(name).is_none() {
+                        missing += 1;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                missing
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// The lookups that missed the skill.
+    async fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
 #[tokio::test]
 async fn a_renamed_file_moves_its_skill_without_a_gap() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
     let from = watched.path("versioned.wasm");
     let to = watched.path("renamed.wasm");
-    // Looks the skill up continuously while it moves.
-    let stop = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn({
-        let registry = watched.registry.clone();
-        let stop = stop.clone();
-        async move {
-            let mut missing = 0;
-            while !stop.load(Ordering::Relaxed) {
-                if registry.get("versioned").is_none() {
-                    missing += 1;
-                }
-                tokio::task::yield_now().await;
-            }
-            missing
-        }
-    });
+    let gaps = Gaps::watch(&watched.registry, "versioned");
     std::fs::rename(&from, &to).unwrap();
     let moved_in = watched.event_for(&to).await;
-    stop.store(true, Ordering::Relaxed);
+    assert_eq!(gaps.stop().await, 0, "the skill was missing while it moved");
     assert_eq!(moved_in.outcome, ReloadOutcome::Loaded);
     assert_eq!(moved_in.new, version_of(&v1(), "1.0.0"));
-    assert_eq!(
-        watcher.await.unwrap(),
-        0,
-        "the skill was missing while it moved"
-    );
     let snapshot = watched.registry.snapshot();
     assert_eq!(snapshot.get("versioned").unwrap().path, to);
     assert_eq!(snapshot.len(), 1);
@@ -530,6 +542,28 @@ async fn two_files_with_one_skill_name_the_first_holds_it_until_it_goes() {
     let event = watched.event_for(&b).await;
     assert_eq!(event.outcome, ReloadOutcome::Loaded);
     assert_eq!(event.new, version_of(&v2(), "2.0.0"));
+    assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
+    assert!(watched.registry.snapshot().failure_for(&b).is_none());
+}
+
+/// Regression: a file refused for a name another file held was compiled
+/// again only after the holder's removal had been swapped in, so the skill
+/// was missing for a whole compile — when a deployment adds the new file
+/// first and removes the old one after, the safe order.
+#[tokio::test]
+async fn a_file_waiting_for_a_name_takes_it_over_without_a_gap() {
+    let mut watched = Watched::start(&[("a.wasm", &v1()), ("b.wasm", &v2())], demo_policy()).await;
+    let (a, b) = (watched.path("a.wasm"), watched.path("b.wasm"));
+    assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+    let gaps = Gaps::watch(&watched.registry, "versioned");
+    std::fs::remove_file(&a).unwrap();
+    let unloaded = watched.event_for(&a).await;
+    assert_eq!(unloaded.outcome, ReloadOutcome::Unloaded);
+    let taken_over = watched.event_for(&b).await;
+    assert_eq!(gaps.stop().await, 0, "the skill was missing meanwhile");
+    assert_eq!(taken_over.outcome, ReloadOutcome::Loaded);
+    assert_eq!(taken_over.old, None);
+    assert_eq!(taken_over.new, version_of(&v2(), "2.0.0"));
     assert_eq!(watched.answer().await.as_deref(), Some("2.0.0"));
     assert!(watched.registry.snapshot().failure_for(&b).is_none());
 }

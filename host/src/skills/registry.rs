@@ -21,11 +21,12 @@
 //!   serving. A missing file (or a symlink that leads nowhere) unloads its
 //!   skill.
 //! - A skill name belongs to one file. Content declaring a name another file
-//!   holds is refused ([`FailureKind::NameTaken`]) and loads on its own as
-//!   soon as the name is free (the holder is deleted or renamed). When the
-//!   holder's file is already gone — `mv a.wasm b.wasm`, whose removal event
-//!   has not been synced yet — the new file takes the skill over in the same
-//!   swap, so the skill never disappears.
+//!   holds is refused ([`FailureKind::NameTaken`]), kept compiled, and takes
+//!   the name over in the same swap that frees it (the holder is deleted,
+//!   renamed, or now declares another name), so the skill never disappears.
+//!   When the holder's file is already gone — `mv a.wasm b.wasm`, whose
+//!   removal event has not been synced yet — the new file takes the skill
+//!   over in the swap that loads it.
 //! - Syncs of one file are serialized, so the last content read is the
 //!   content that wins; syncs of different files run independently.
 //! - Every change to the snapshot is broadcast as a [`ReloadEvent`]: a skill
@@ -99,10 +100,27 @@ pub struct LoadFailure {
     /// `sha256:<hex>` of the refused content; `None` when the file could not
     /// be read.
     pub digest: Option<String>,
-    /// The name the refused content declares, when it was refused only
-    /// because another file holds that name.
+    /// The refused content, compiled and checked, when it was refused only
+    /// because another file holds its name: it takes the name over in the
+    /// swap that frees it, with no gap while it would compile again.
     #[serde(skip)]
-    contested: Option<SkillName>,
+    contender: Option<Contender>,
+}
+
+/// A skill refused only for its name ([`LoadFailure`]).
+#[derive(Clone)]
+struct Contender(Box<LoadedSkill>);
+
+impl std::fmt::Debug for Contender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Contender({})", self.0.component.name())
+    }
+}
+
+impl Contender {
+    fn name(&self) -> &SkillName {
+        self.0.component.name()
+    }
 }
 
 /// The largest skill file the host reads. Default: 256 MiB. A skill that
@@ -231,10 +249,7 @@ impl FileError {
             kind,
             reason,
             digest,
-            contested: match self {
-                Self::NameTaken { name, .. } => Some(name),
-                _ => None,
-            },
+            contender: None,
         }
     }
 }
@@ -319,9 +334,9 @@ impl SkillSnapshot {
                 .is_some_and(|skill| skill.component.digest() == digest),
             Some(failure) => {
                 failure.digest.as_deref() == Some(digest)
-                    && failure.contested.as_ref().is_none_or(|name| {
+                    && failure.contender.as_ref().is_none_or(|contender| {
                         self.skills
-                            .get(name)
+                            .get(contender.name())
                             .is_some_and(|holder| holder.path != path)
                     })
             }
@@ -332,21 +347,28 @@ impl SkillSnapshot {
     fn contesting(&self, name: &SkillName) -> impl Iterator<Item = &Path> {
         self.failures
             .values()
-            .filter(move |failure| failure.contested.as_ref() == Some(name))
+            .filter(move |failure| failure.contender.as_ref().map(Contender::name) == Some(name))
             .map(|failure| failure.path.as_path())
     }
 
-    /// Puts `skill` in place of whatever its file provided before.
-    fn install(&mut self, skill: LoadedSkill) -> Result<(), FileError> {
+    /// Puts `skill` in place of whatever its file provided before, unless
+    /// another file holds its name: then it is refused, and kept in the
+    /// failure as the name's contender.
+    fn install(&mut self, skill: LoadedSkill, digest: String) -> Result<(), LoadFailure> {
         let name = skill.component.name().clone();
         if let Some(holder) = self
             .skills
             .get(&name)
             .filter(|held| held.path != skill.path)
         {
-            return Err(FileError::NameTaken {
+            let error = FileError::NameTaken {
                 name,
                 holder: holder.path.clone(),
+            };
+            let failure = error.into_failure(&skill.path, Some(digest));
+            return Err(LoadFailure {
+                contender: Some(Contender(Box::new(skill))),
+                ..failure
             });
         }
         self.remove(&skill.path);
@@ -354,6 +376,40 @@ impl SkillSnapshot {
         self.by_path.insert(skill.path.clone(), name.clone());
         self.skills.insert(name, skill);
         Ok(())
+    }
+
+    /// Gives each name `before` held and this snapshot no longer holds to
+    /// the first file (still there) whose content was refused only for
+    /// that name, in the same swap that frees it; returns their events.
+    fn take_over_freed_names(&mut self, before: &SkillSnapshot) -> Vec<ReloadEvent> {
+        let mut events = Vec::new();
+        // Taking a name over may free the name the contender's file held.
+        while let Some(contender) = before
+            .skills
+            .keys()
+            .filter(|name| !self.skills.contains_key(*name))
+            .find_map(|name| {
+                self.contesting(name)
+                    .find(|path| matches!(path.try_exists(), Ok(true)))
+                    .and_then(|path| self.failures.get(path)?.contender.clone())
+            })
+        {
+            let Contender(skill) = contender;
+            let path = skill.path.clone();
+            let old = self
+                .skill_at(&path)
+                .map(|held| SkillVersion::of(&held.component));
+            let new = SkillVersion::of(&skill.component);
+            self.install(*skill, new.digest.clone())
+                .expect("the contender's name is free");
+            events.push(ReloadEvent {
+                path,
+                old,
+                new: Some(new),
+                outcome: ReloadOutcome::Loaded,
+            });
+        }
+        events
     }
 
     fn remove(&mut self, path: &Path) -> Option<LoadedSkill> {
@@ -659,9 +715,7 @@ impl SkillRegistry {
         for (path, result) in loaded {
             let installed = result.and_then(|skill| {
                 let digest = skill.component.digest().to_owned();
-                snapshot
-                    .install(skill)
-                    .map_err(|error| error.into_failure(&path, Some(digest)))
+                snapshot.install(skill, digest)
             });
             if let Err(failure) = installed {
                 tracing::warn!(path = %path.display(), reason = %failure.reason, "skill not loaded");
@@ -787,16 +841,14 @@ impl SkillRegistry {
             .skill_at(&path)
             .map(|held| SkillVersion::of(&held.component));
         let new = SkillVersion::of(&skill.component);
-        let digest = new.digest.clone();
-        let event = match next.install(skill) {
+        let event = match next.install(skill, new.digest.clone()) {
             Ok(()) => ReloadEvent {
                 path,
                 old,
                 new: Some(new),
                 outcome: ReloadOutcome::Loaded,
             },
-            Err(error) => {
-                let failure = error.into_failure(&path, Some(digest));
+            Err(failure) => {
                 let outcome = rejected(&failure);
                 next.fail(failure);
                 ReloadEvent {
@@ -876,15 +928,18 @@ impl SkillRegistry {
         (event, waiting)
     }
 
-    /// Swaps `next` in and broadcasts `events`; returns the files waiting for
-    /// a skill name that `next` no longer holds. Takes the writer guard to
-    /// prove the lock is held.
+    /// Swaps `next` in, with every name it frees taken over by a file that
+    /// was refused only for that name, and broadcasts `events` and the
+    /// takeovers'; returns the files still waiting for a skill name that
+    /// `next` no longer holds. Takes the writer guard to prove the lock is
+    /// held.
     fn commit(
         &self,
         _writer: MutexGuard<'_, ()>,
-        next: SkillSnapshot,
+        mut next: SkillSnapshot,
         events: &[ReloadEvent],
     ) -> Vec<PathBuf> {
+        let taken_over = next.take_over_freed_names(&self.current.load());
         let before = self.current.swap(Arc::new(next));
         let after = self.current.load();
         let waiting = before
@@ -893,7 +948,7 @@ impl SkillRegistry {
             .filter(|name| !after.skills.contains_key(*name))
             .flat_map(|name| after.contesting(name).map(Path::to_owned))
             .collect();
-        for event in events {
+        for event in events.iter().chain(&taken_over) {
             self.emit(event);
         }
         waiting
