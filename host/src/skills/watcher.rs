@@ -200,7 +200,11 @@ impl Watches {
                             let _ = sender.send(change);
                         }
                     }
-                    Err(error) => tracing::warn!(%error, "file watcher error"),
+                    Err(error) => {
+                        // An event may be lost with it: a rescan finds the change.
+                        tracing::warn!(%error, "file watcher error; rescanning the skills directory");
+                        let _ = sender.send(Change::Rescan);
+                    }
                 }
             })
             .map_err(error)?;
@@ -255,7 +259,14 @@ fn watch_path(dir: &Path, changes: mpsc::UnboundedSender<Change>) -> Option<Reco
         .filter_map(|entry| entry.parent().map(Path::to_owned))
         .collect();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else { return };
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                tracing::warn!(%error, "skills directory path watcher error; rescanning");
+                let _ = changes.send(Change::Rescan);
+                return;
+            }
+        };
         // Opening or listing the directory, or a change of its metadata,
         // changes nothing about where the path leads.
         let moved = matches!(
