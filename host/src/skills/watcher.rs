@@ -434,6 +434,11 @@ fn everything(registry: &SkillRegistry, dir: &Path) -> Vec<PathBuf> {
 struct Schedule {
     files: HashMap<PathBuf, Instant>,
     rescan: Option<Instant>,
+    /// The source of each rename whose destination is not due yet: it
+    /// never falls due before the destination, so that a destination
+    /// pushed back by a later event (a `chmod` right after the `mv`) still
+    /// takes the skill over instead of the source unloading it first.
+    renamed_from: HashMap<PathBuf, PathBuf>,
 }
 
 impl Schedule {
@@ -443,8 +448,25 @@ impl Schedule {
     fn add(&mut self, change: Change, now: Instant) {
         match change {
             Change::Paths(paths) => {
+                // A rename's destination is the path with no quiet time.
+                let destination = paths
+                    .iter()
+                    .find(|(_, quiet)| quiet.is_zero())
+                    .map(|(path, _)| path.clone());
                 for (path, quiet) in paths {
-                    self.files.insert(path, now + quiet);
+                    let due = now + quiet;
+                    if let Some(source) = self.renamed_from.get(&path) {
+                        self.files
+                            .entry(source.clone())
+                            .and_modify(|at| *at = (*at).max(due));
+                    }
+                    match &destination {
+                        Some(destination) if *destination != path => {
+                            self.renamed_from.insert(destination.clone(), path.clone());
+                        }
+                        _ => {}
+                    }
+                    self.files.insert(path, due);
                 }
             }
             Change::Rescan => self.rescan = Some(now + DEBOUNCE),
@@ -479,6 +501,7 @@ impl Schedule {
         }
         for path in &ready {
             self.files.remove(path);
+            self.renamed_from.remove(path);
         }
         ready.sort();
         ready.dedup();
@@ -902,6 +925,29 @@ mod tests {
             schedule.take_due(at(start, 35), Vec::new),
             gone(&["/n/a.wasm"])
         );
+    }
+
+    #[test]
+    fn a_renamed_file_falls_due_no_earlier_than_its_destination() {
+        let start = Instant::now();
+        let mut schedule = Schedule::default();
+        let (from, to) = (PathBuf::from("/n/a.wasm"), PathBuf::from("/n/b.wasm"));
+        // `mv a.wasm b.wasm`, then 10 ms later `chmod 644 b.wasm`.
+        schedule.add(
+            Change::Paths(vec![(from.clone(), DEBOUNCE), (to.clone(), Duration::ZERO)]),
+            start,
+        );
+        schedule.add(Change::Paths(vec![(to.clone(), DEBOUNCE)]), at(start, 10));
+        assert_eq!(
+            schedule.take_due(at(start, 20), Vec::new),
+            Due::default(),
+            "a.wasm waits for b.wasm"
+        );
+        assert_eq!(
+            schedule.take_due(at(start, 30), Vec::new),
+            gone(&["/n/a.wasm", "/n/b.wasm"])
+        );
+        assert!(schedule.renamed_from.is_empty());
     }
 
     /// Files due that are all gone.
