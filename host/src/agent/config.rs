@@ -80,7 +80,8 @@ pub struct ConfirmationPolicy {
     /// How long a pending confirmation waits. An unanswered confirmation
     /// expires and counts as a rejection. Default: 10 minutes — long enough
     /// for a person to read a confirmation card, short enough that an
-    /// abandoned run does not hold its resources for long.
+    /// abandoned run does not hold its resources for long. At most
+    /// [`MAX_EXPIRY`](super::MAX_EXPIRY) (30 days) is used.
     pub expiry: Duration,
 }
 

@@ -110,15 +110,21 @@ impl Confirmations {
     }
 
     fn answer(&self, id: &str, answer: Answer) -> Result<PendingConfirmation, ConfirmError> {
-        let slot = self
-            .lock()
+        let mut slots = self.lock();
+        let Slot {
+            pending,
+            answer: to,
+        } = slots
             .remove(id)
             .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
+        // Sent before the lock is let go: an expiry that finds the slot
+        // gone then always finds the answer (see `Ticket::resolution`), so
+        // an answer reported accepted is the one the call gets.
+        let sent = to.send(answer);
+        drop(slots);
         // A closed receiver means the run is gone: nothing was approved.
-        slot.answer
-            .send(answer)
-            .map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
-        Ok(slot.pending)
+        sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
+        Ok(pending)
     }
 
     /// Opens a confirmation for a call; the returned ticket waits for the
@@ -131,6 +137,7 @@ impl Confirmations {
         arguments: Value,
         expiry: Duration,
     ) -> Ticket {
+        let expiry = expiry.min(MAX_EXPIRY);
         let id = ConfirmationId::random();
         let pending = PendingConfirmation {
             id: id.clone(),
@@ -203,6 +210,10 @@ impl Drop for Ticket {
         self.store.lock().remove(&self.pending.id);
     }
 }
+
+/// The longest a confirmation waits, whatever the policy says: its expiry
+/// time must be a date HTTP can carry (before the year 10000).
+pub const MAX_EXPIRY: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Characters of one argument value shown in a summary.
 const SUMMARY_VALUE_CHARS: usize = 80;
@@ -304,6 +315,15 @@ mod tests {
             })
         );
         assert!(store.approve(id.as_str()).is_err());
+    }
+
+    #[test]
+    fn an_expiry_past_what_http_dates_carry_is_cut_to_the_longest_wait() {
+        let store = Confirmations::default();
+        let ticket = open(&store, Duration::MAX);
+        assert_eq!(ticket.expiry, MAX_EXPIRY);
+        let json = serde_json::to_value(ticket.pending()).unwrap();
+        assert!(json["expires_at"].is_string(), "{json}");
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub mod llm;
 pub mod tokens;
 
 pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT};
-pub use confirm::{ConfirmError, ConfirmationId, Confirmations, PendingConfirmation};
+pub use confirm::{ConfirmError, ConfirmationId, Confirmations, MAX_EXPIRY, PendingConfirmation};
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
 pub use run::{

@@ -21,7 +21,7 @@ use anyhow::Context;
 use serde::Deserialize;
 
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
-use skillhost::agent::{AgentConfig, ConfirmationPolicy};
+use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::runtime::{Limits, RuntimeConfig};
 use skillhost::tools::Tool;
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
@@ -132,7 +132,15 @@ impl ConfigFile {
 
     fn parse(text: &str) -> anyhow::Result<Self> {
         // toml's errors carry the line, the column and the key at fault.
-        Ok(toml::from_str(text)?)
+        let file: Self = toml::from_str(text)?;
+        if let Some(secs) = file.confirmation.expiry_secs {
+            let most = MAX_EXPIRY.as_secs();
+            anyhow::ensure!(
+                secs <= most,
+                "[confirmation] expiry_secs = {secs} is longer than a confirmation may wait                  ({most} s, 30 days)"
+            );
+        }
+        Ok(file)
     }
 
     /// The agent's settings: the file over the defaults, `keep_public` (from
@@ -288,6 +296,16 @@ mod tests {
             let error = file.runtime_config(RuntimeConfig::default()).unwrap_err();
             assert!(error.to_string().contains(key), "{error}");
         }
+    }
+
+    #[test]
+    fn a_confirmation_expiry_past_30_days_is_an_error_naming_the_key() {
+        let error =
+            ConfigFile::parse("[confirmation]\nexpiry_secs = 18446744073709551615\n").unwrap_err();
+        assert!(error.to_string().contains("expiry_secs"), "{error}");
+        let file = ConfigFile::parse("[confirmation]\nexpiry_secs = 2592000\n").unwrap();
+        let policy = file.agent_config(None).confirmation;
+        assert_eq!(policy.expiry, MAX_EXPIRY);
     }
 
     #[test]
