@@ -110,6 +110,11 @@ pub enum ManifestError {
     ParametersNotSchema(String),
     #[error("parameters must describe an object (`\"type\": \"object\"`)")]
     ParametersNotObject,
+    #[error(
+        "{field} lists `{tool}`, which cannot be a tool's name (an ASCII letter, then letters, \
+         digits, `_` or `-`, at most 64 bytes; not `load_skill`)"
+    )]
+    InvalidToolName { field: &'static str, tool: String },
     #[error("{field} lists `{tool}`, which is not a registered tool")]
     UnknownTool { field: &'static str, tool: String },
     #[error("{field} lists `{tool}` more than once")]
@@ -172,6 +177,12 @@ fn check_tool_list(
 ) -> Result<(), ManifestError> {
     let mut seen = BTreeSet::new();
     for tool in names {
+        if !is_function_name(tool) || tool == LOAD_SKILL {
+            return Err(ManifestError::InvalidToolName {
+                field,
+                tool: tool.clone(),
+            });
+        }
         if !tools.contains(tool) {
             return Err(ManifestError::UnknownTool {
                 field,

@@ -267,7 +267,8 @@ impl Draft {
             ManifestError::ParametersNotJson(_)
             | ManifestError::ParametersNotSchema(_)
             | ManifestError::ParametersNotObject => self.parameters.place(),
-            ManifestError::UnknownTool { field, tool }
+            ManifestError::InvalidToolName { field, tool }
+            | ManifestError::UnknownTool { field, tool }
             | ManifestError::DuplicateTool { field, tool } => {
                 let list = if *field == "unlocks" {
                     &self.unlocks
@@ -295,7 +296,8 @@ impl Draft {
 /// At pack time there is no tool registry. A registry of stand-ins named
 /// after every declared tool lets [`Manifest::resolve`] apply all its other
 /// rules (names, version, schema, duplicates, test cases); whether the tools
-/// exist is checked when the component is loaded.
+/// exist is checked when the component is loaded. A name no tool can have
+/// gets no stand-in: `resolve` refuses it, at its line.
 fn stand_in_tools(raw: &RawManifest) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let names: BTreeSet<&String> = raw.tools.iter().chain(&raw.unlocks).collect();
@@ -306,9 +308,9 @@ fn stand_in_tools(raw: &RawManifest) -> ToolRegistry {
             parameters: json!({ "type": "object" }),
             access: Access::Read,
         });
-        registry
-            .register(Arc::new(stand_in))
-            .expect("distinct names and a valid schema");
+        // Names are distinct and the schema valid: only a name no tool can
+        // have is refused, and `resolve` says so.
+        let _ = registry.register(Arc::new(stand_in));
     }
     registry
 }

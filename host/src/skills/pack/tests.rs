@@ -308,6 +308,24 @@ fn manifest_rules_name_the_field_and_line() {
     assert_eq!((field, refusal.at.line), ("tools[2]", 6));
     assert!(matches!(error, ManifestError::DuplicateTool { .. }));
 
+    // Regression (found by fuzzing): a name no tool can have made the
+    // packer panic registering its stand-in.
+    for bad in ["queryOrder$queryLogistics", "load_skill"] {
+        let refusal =
+            yaml_refusal(&MINIMAL_YAML.replace("tools: [queryOrder]", &format!("tools: [{bad}]")));
+        let (field, error) = manifest_problem(&refusal);
+        assert_eq!(field, "tools[0]");
+        assert!(
+            matches!(error, ManifestError::InvalidToolName { .. }),
+            "{error}"
+        );
+        assert!(
+            refusal.message.contains("cannot be a tool's name"),
+            "{}",
+            refusal.message
+        );
+    }
+
     let refusal = yaml_refusal(&MINIMAL_YAML.replace("Look the order up.", "\"  \""));
     assert!(matches!(refusal.problem, Problem::EmptyInstructions(_)));
     assert_eq!(refusal.at.line, 8);
