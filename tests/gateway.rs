@@ -623,6 +623,38 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
 }
 
 #[tokio::test]
+async fn runs_waiting_for_a_person_are_capped_and_one_past_the_cap_writes_nothing() {
+    let served = Served::with_config(GatewayConfig {
+        max_parked_runs: 1,
+        ..GatewayConfig::default()
+    })
+    .await;
+    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+    let (status, first) = served.invoke("processRefund", refund.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first:#}");
+    let (status, body) = served.invoke("processRefund", refund.clone()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:#}");
+    let message = error_of(&body, "too_many_pending_confirmations")["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("max_parked_runs"), "{message}");
+    // The refused run was aborted: its confirmation is withdrawn.
+    let waiting = wait_for(&served, "/v1/confirmations", |waiting| {
+        waiting["data"].as_array().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(waiting["data"][0]["id"], first["confirmation"]["id"]);
+
+    let (status, done) = served.approve(&first["confirmation"]).await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    // Room again: the next run to reach a confirmation waits for it.
+    let (status, again) = served.invoke("processRefund", refund).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again:#}");
+}
+
+#[tokio::test]
 async fn invoke_with_bad_input_is_a_400_naming_the_field_and_unknown_skills_are_404() {
     let served = Served::start(Setup::default()).await;
     let (status, body) = served

@@ -98,6 +98,11 @@ impl Confirmations {
         self.lock().get(id).map(|slot| slot.pending.clone())
     }
 
+    /// Whether the confirmation `id` still waits for an answer.
+    pub fn is_pending(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
     /// Every waiting confirmation, soonest to expire first.
     pub fn pending(&self) -> Vec<PendingConfirmation> {
         let mut pending: Vec<_> = self

@@ -56,6 +56,7 @@ pub struct ServerSection {
     pub body_limit: Option<usize>,
     pub request_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
+    pub max_parked_runs: Option<usize>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
@@ -265,6 +266,10 @@ mod tests {
         assert!(agent.disclosure.keep_public.contains("queryOrder"));
         assert_eq!(file.tools.len(), 2);
         assert_eq!(file.server.log_format, Some(LogFormat::Text));
+        assert_eq!(
+            file.server.max_parked_runs,
+            Some(skillhost::gateway::DEFAULT_MAX_PARKED_RUNS)
+        );
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
     }

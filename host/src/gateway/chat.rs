@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::errors::{ApiError, ApiJson, ErrorType};
 use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status};
-use super::runs::{ChatRun, OwnedRun, Parked, Progress};
+use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
 use super::{AppState, Mount};
 use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
@@ -93,22 +93,15 @@ pub async fn answer_confirmation(
     mount: Mount,
     ApiJson(answer): ApiJson<Answer>,
 ) -> Result<Response, ApiError> {
-    let parked = state.parking.take(&id);
-    let answered = match answer.decision {
-        Decision::Approve => state.host.approve(&id),
-        Decision::Reject => state.host.reject(&id, answer.reason.clone()),
-    };
-    let confirmation = match answered {
-        Ok(confirmation) => confirmation,
-        // Expired or answered elsewhere in the meantime: a parked run goes
-        // on by itself (a dropped `Parked` would abort it).
-        Err(error) => {
-            if let Some(parked) = parked {
-                parked.detach();
-            }
-            return Err(not_pending(&error));
-        }
-    };
+    // Expired or answered elsewhere in the meantime: a run parked under it
+    // goes on by itself.
+    let (confirmation, parked) = state
+        .parking
+        .answer(&id, || match answer.decision {
+            Decision::Approve => state.host.approve(&id),
+            Decision::Reject => state.host.reject(&id, answer.reason.clone()),
+        })
+        .map_err(|error| not_pending(&error))?;
     match parked {
         Some(Parked::Chat(chat)) if answer.stream => Ok(stream_chat(state, chat, mount, false)),
         Some(Parked::Chat(chat)) => complete_chat(&state, chat, &mount).await,
@@ -165,11 +158,7 @@ async fn complete_chat(
                 run.usage(),
                 &status,
             );
-            state.parking.park(
-                &pending,
-                Parked::Chat(ChatRun { run, meta }),
-                state.host.confirmations(),
-            );
+            park(state, &pending, Parked::Chat(ChatRun { run, meta }))?;
             Ok(Json(body).into_response())
         }
     }
@@ -297,6 +286,12 @@ impl ChunkWriter {
             }
             Progress::Pending { run, pending } => {
                 let usage = run.usage();
+                // Parked before the client hears of it, so that an answer
+                // sent at once finds the run.
+                if let Err(error) = park(state, &pending, Parked::Chat(ChatRun { run, meta })) {
+                    self.send(error.body());
+                    return;
+                }
                 let path = answer_path(mount, &pending);
                 self.new_round = true;
                 self.text(&openai::pending_text(&pending, &path));
@@ -307,11 +302,6 @@ impl ChunkWriter {
                         answer_path: &path,
                     },
                 ));
-                state.parking.park(
-                    &pending,
-                    Parked::Chat(ChatRun { run, meta }),
-                    state.host.confirmations(),
-                );
                 usage
             }
         };

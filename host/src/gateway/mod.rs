@@ -62,6 +62,9 @@
 //!   [`errors`]).
 //! - **Limits**: a body limit and a per-request timeout (defaults on
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
+//!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's
+//!   answer at once; a run reaching a confirmation past it is aborted,
+//!   nothing written, and answered 503.
 //! - **Shutdown** ([`Gateway::serve`]): stop accepting, end event streams,
 //!   let in-flight requests finish.
 
@@ -117,7 +120,16 @@ pub struct GatewayConfig {
     pub body_limit: usize,
     /// Default: [`DEFAULT_REQUEST_TIMEOUT`].
     pub request_timeout: Duration,
+    /// The most runs held at once waiting for a person's answer (each up to
+    /// the confirmation expiry). A run that reaches a confirmation beyond
+    /// it is aborted, nothing written, and its request answered 503, so a
+    /// client that starts runs and never answers cannot grow the gateway
+    /// without bound. Default: [`DEFAULT_MAX_PARKED_RUNS`].
+    pub max_parked_runs: usize,
 }
+
+/// Default [`GatewayConfig::max_parked_runs`]: 10,000.
+pub const DEFAULT_MAX_PARKED_RUNS: usize = 10_000;
 
 impl Default for GatewayConfig {
     fn default() -> Self {
@@ -126,6 +138,7 @@ impl Default for GatewayConfig {
             admin_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
         }
     }
 }
@@ -140,6 +153,7 @@ impl fmt::Debug for GatewayConfig {
             .field("admin_key", &self.admin_key.as_ref().map(|_| "<redacted>"))
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
+            .field("max_parked_runs", &self.max_parked_runs)
             .finish()
     }
 }
@@ -166,12 +180,13 @@ impl Gateway {
             api: config.api_keys.iter().map(|key| digest(key)).collect(),
             admin: config.admin_key.as_deref().map(digest),
         };
+        let parking = Arc::new(Parking::new(config.max_parked_runs));
         Self {
             state: Arc::new(AppState {
                 host,
                 config,
                 keys,
-                parking: Arc::default(),
+                parking,
                 closing: watch::Sender::new(false),
             }),
         }

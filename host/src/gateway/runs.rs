@@ -15,6 +15,10 @@ use crate::agent::llm::Usage;
 use crate::agent::{AgentError, AgentEvent, Confirmations, PendingConfirmation, RunHandle, RunId};
 use crate::skills::SkillVersion;
 
+use axum::http::StatusCode;
+
+use super::AppState;
+use super::errors::{ApiError, ErrorType};
 use super::openai::CompletionMeta;
 
 /// A run the gateway drives; aborted when dropped while it still runs.
@@ -160,44 +164,90 @@ impl Parked {
     }
 }
 
-/// Parked runs by confirmation id.
-#[derive(Default)]
+/// [`Parking::park`] found no room; the run was dropped.
+#[derive(Debug)]
+pub struct Full;
+
+/// Parked runs by confirmation id, at most `capacity`
+/// ([`GatewayConfig::max_parked_runs`](super::GatewayConfig::max_parked_runs)).
 pub struct Parking {
     runs: Mutex<HashMap<String, Parked>>,
+    capacity: usize,
 }
 
 impl Parking {
-    /// Parks `run` until `pending` is answered. Runs whose confirmation is
-    /// no longer pending (it expired, or was answered some other way) are
-    /// let go first: they end on their own. This run is let go, too, once
-    /// its confirmation has expired, even if nothing else is parked by then.
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            runs: Mutex::default(),
+            capacity,
+        }
+    }
+
+    /// Parks `run` until `pending` is answered. When the parking is full,
+    /// `run` is dropped: aborted, its confirmation withdrawn. A parked run
+    /// is let go (it ends on its own) once its confirmation is no longer
+    /// pending after its expiry, if no answer took it first.
     pub fn park(
         self: &Arc<Self>,
         pending: &PendingConfirmation,
         run: Parked,
         confirmations: &Confirmations,
-    ) {
-        let mut runs = self.lock();
-        let_go_of_stale(&mut runs, confirmations);
-        runs.insert(pending.id.to_string(), run);
-        drop(runs);
+    ) -> Result<(), Full> {
+        let id = pending.id.to_string();
+        {
+            let mut runs = self.lock();
+            if runs.len() >= self.capacity {
+                return Err(Full);
+            }
+            runs.insert(id.clone(), run);
+        }
         let parking = Arc::downgrade(self);
         let confirmations = confirmations.clone();
-        let expiry = pending
-            .expires_at
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
+        let expires_at = pending.expires_at;
         tokio::spawn(async move {
-            tokio::time::sleep(expiry + EXPIRY_GRACE).await;
-            if let Some(parking) = parking.upgrade() {
-                let_go_of_stale(&mut parking.lock(), &confirmations);
+            loop {
+                let left = expires_at
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default();
+                tokio::time::sleep(left + EXPIRY_GRACE).await;
+                let Some(parking) = parking.upgrade() else {
+                    return;
+                };
+                let mut runs = parking.lock();
+                // Still pending (the wall clock stepped): look again later.
+                if !runs.contains_key(&id) || !confirmations.is_pending(&id) {
+                    if let Some(parked) = runs.remove(&id) {
+                        parked.detach();
+                    }
+                    return;
+                }
             }
         });
+        Ok(())
     }
 
-    /// Takes the run parked under `id`, if any.
-    pub fn take(&self, id: &str) -> Option<Parked> {
-        self.lock().remove(id)
+    /// Answers the confirmation `id` with `answer` and takes the run parked
+    /// under it, in one step: of two answers racing, the one that answers
+    /// gets the run. When the confirmation can no longer be answered, a run
+    /// still parked under it is let go.
+    pub fn answer<T, E>(
+        &self,
+        id: &str,
+        answer: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(T, Option<Parked>), E> {
+        let (answered, parked) = {
+            let mut runs = self.lock();
+            (answer(), runs.remove(id))
+        };
+        match answered {
+            Ok(answered) => Ok((answered, parked)),
+            Err(error) => {
+                if let Some(parked) = parked {
+                    parked.detach();
+                }
+                Err(error)
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Parked>> {
@@ -205,20 +255,28 @@ impl Parking {
     }
 }
 
+/// Parks `run` on `pending` in the gateway's parking, or refuses it with a
+/// 503 when the parking is full: the refused run, dropped, is aborted and
+/// withdraws its confirmation, so nothing is written.
+pub fn park(state: &AppState, pending: &PendingConfirmation, run: Parked) -> Result<(), ApiError> {
+    state
+        .parking
+        .park(pending, run, state.host.confirmations())
+        .map_err(|Full| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorType::ServiceUnavailableError,
+                "too_many_pending_confirmations",
+                format!(
+                    "the gateway already holds {} runs waiting for a person's answer (its \
+                     max_parked_runs); answer some (GET /v1/confirmations lists them) or let \
+                     them expire",
+                    state.parking.capacity
+                ),
+            )
+        })
+}
+
 /// Time after a confirmation's expiry before its parked run is let go: the
 /// run's own expiry timer declines the call first.
 const EXPIRY_GRACE: Duration = Duration::from_secs(1);
-
-/// Lets go of the runs whose confirmation is no longer pending.
-fn let_go_of_stale(runs: &mut HashMap<String, Parked>, confirmations: &Confirmations) {
-    let stale: Vec<String> = runs
-        .keys()
-        .filter(|id| confirmations.get(id).is_none())
-        .cloned()
-        .collect();
-    for id in stale {
-        if let Some(parked) = runs.remove(&id) {
-            parked.detach();
-        }
-    }
-}

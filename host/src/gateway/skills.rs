@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::chat::answer_path;
 use super::errors::{ApiError, ApiJson, ErrorType};
 use super::openai::confirmation_json;
-use super::runs::{InvokeRun, OwnedRun, Parked, Progress};
+use super::runs::{InvokeRun, OwnedRun, Parked, Progress, park};
 use super::{AppState, Mount};
 use crate::agent::{CallOutcome, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
@@ -116,11 +116,7 @@ pub async fn finish_invocation(
             let mut body = base;
             body["status"] = json!("pending_confirmation");
             body["confirmation"] = confirmation_json(&pending, &path);
-            state.parking.park(
-                &pending,
-                Parked::Invoke(InvokeRun { run, skill }),
-                state.host.confirmations(),
-            );
+            park(state, &pending, Parked::Invoke(InvokeRun { run, skill }))?;
             Ok((StatusCode::ACCEPTED, Json(body)).into_response())
         }
     }

@@ -126,6 +126,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .request_timeout
                 .or(server.request_timeout_secs)
                 .map_or(gateway::DEFAULT_REQUEST_TIMEOUT, Duration::from_secs),
+            max_parked_runs: server
+                .max_parked_runs
+                .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
         },
     );
     let listen = match args.listen.or(server.listen) {
