@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use skillhost::agent::catalog::DisclosureConfig;
+use skillhost::agent::catalog::{DisclosureConfig, LoadSkillMode};
 use skillhost::agent::{
     AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Resolution,
 };
@@ -342,6 +342,64 @@ async fn a_masked_tool_is_refused_until_its_skill_is_loaded_then_confirmed() {
         Some(OrderStatus::Cancelled)
     );
     assert!(agent.confirmations().pending().is_empty());
+}
+
+#[tokio::test]
+async fn a_tool_called_in_the_same_answer_as_its_load_skill_waits_for_the_next_answer() {
+    let shop = shop().await;
+    let cancel = json!({"order_id": PAID_ORDER, "reason": "ordered by mistake"});
+    let llm = ScriptedLlm::start(vec![
+        // Before reading the procedure: the round offered no cancel_order.
+        Step::tool_calls([
+            ("load_skill", json!({"skill": "order_change"})),
+            ("cancel_order", cancel.clone()),
+        ]),
+        Step::tool_call("cancel_order", cancel.clone()),
+        Step::text("Order 88239 is cancelled."),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let finished = ask_deciding(&agent, "Cancel my order 88239", Decision::Approve).await;
+    finished.result.unwrap();
+
+    let calls = calls_of(&finished.events, &Caller::Main);
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    let reason = refusal(&calls[1].2);
+    assert!(
+        reason.contains("locked") && reason.contains("after the one that loads it"),
+        "{reason}"
+    );
+    // Only the call of the next answer asked and ran.
+    assert_eq!(confirmations(&finished.events).len(), 1);
+    assert!(matches!(calls[2].2, CallOutcome::Done { .. }), "{calls:?}");
+    assert_eq!(
+        shop.db.order_status(PAID_ORDER).unwrap(),
+        Some(OrderStatus::Cancelled)
+    );
+}
+
+#[tokio::test]
+async fn without_load_skill_an_unlock_tool_is_refused_without_pointing_at_load_skill() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("cancel_order", json!({"order_id": PAID_ORDER})),
+        Step::text("I cannot cancel orders here."),
+    ])
+    .await;
+    let mut config = config();
+    config.disclosure.load_skill = LoadSkillMode::Never;
+    let agent = shop.agent(&llm, config);
+    let finished = ask_deciding(&agent, "Cancel my order 88239", Decision::Approve).await;
+    finished.result.unwrap();
+
+    let calls = calls_of(&finished.events, &Caller::Main);
+    let reason = refusal(&calls[0].2);
+    assert!(reason.contains("not available"), "{reason}");
+    assert!(!reason.contains("load_skill"), "{reason}");
+    assert_eq!(
+        shop.db.order_status(PAID_ORDER).unwrap(),
+        Some(OrderStatus::Paid)
+    );
 }
 
 #[tokio::test]

@@ -78,7 +78,8 @@ pub enum Callable {
 pub enum Refusal {
     /// An unlock tool none of whose skills is loaded.
     #[error(
-        "tool `{tool}` is locked: load one of these skills first with load_skill: {}",
+        "tool `{tool}` is locked: load one of these skills first with load_skill: {}; a \
+         skill's tools unlock in the answer after the one that loads it",
         .skills.join(", ")
     )]
     Masked {
@@ -87,6 +88,10 @@ pub enum Refusal {
         /// The skills whose loading unlocks it.
         skills: Vec<String>,
     },
+    /// An unlock tool of an agent that does not offer `load_skill`
+    /// ([`LoadSkillMode::Never`]): nothing can unlock it.
+    #[error("tool `{0}` is not available in this conversation; do without it")]
+    Unavailable(String),
     /// A tool absorbed by skills (progressive disclosure).
     #[error("`{0}` is used inside skills and is not offered directly; call the skill instead")]
     Absorbed(String),
@@ -163,6 +168,8 @@ pub struct Catalog {
     unlocked_by: BTreeMap<String, Vec<SkillName>>,
     /// Every registered tool as a function, for skills' scopes.
     tools: BTreeMap<String, Function>,
+    /// Whether `load_skill` is offered, so that unlock tools can be.
+    offers_load_skill: bool,
 }
 
 impl Catalog {
@@ -244,6 +251,7 @@ impl Catalog {
             absorbed,
             unlocked_by,
             tools: tool_functions,
+            offers_load_skill: offer_load_skill,
         }
     }
 
@@ -284,6 +292,9 @@ impl Catalog {
         if let Some(skills) = self.unlocked_by.get(name)
             && !skills.iter().any(|skill| loaded.contains(skill))
         {
+            if !self.offers_load_skill {
+                return Err(Refusal::Unavailable(name.to_owned()));
+            }
             return Err(Refusal::Masked {
                 tool: name.to_owned(),
                 skills: skills.iter().map(ToString::to_string).collect(),

@@ -10,7 +10,7 @@
 //! arguments, unknown names, masked, absorbed and out-of-scope functions
 //! are refused and reported back as the call's result, never executed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -24,6 +24,7 @@ use super::run::RunContext;
 use super::skill;
 use super::transcript::{Transcript, load_result};
 use crate::runtime::SkillComponent;
+use crate::skills::SkillName;
 
 /// What a loop may call, and how its calls run.
 pub(super) trait Scope: Send + Sync {
@@ -31,13 +32,16 @@ pub(super) trait Scope: Send + Sync {
     fn functions(&self, run: &RunContext, transcript: &Transcript) -> Functions;
 
     /// Executes one call whose arguments parsed, reports it, and returns
-    /// the content of its result message.
+    /// the content of its result message. `loaded` are the skills loaded
+    /// when the round's function list was computed: a call is checked
+    /// against what its round offered, not against a `load_skill` earlier
+    /// in the same answer, whose instructions the model has not read yet.
     async fn execute(
         &self,
         run: &Arc<RunContext>,
         caller: &Caller,
         call: Call,
-        transcript: &Transcript,
+        loaded: &BTreeSet<SkillName>,
     ) -> Result<String, AgentError>;
 }
 
@@ -79,9 +83,9 @@ impl Scope for MainScope {
         run: &Arc<RunContext>,
         caller: &Caller,
         call: Call,
-        transcript: &Transcript,
+        loaded: &BTreeSet<SkillName>,
     ) -> Result<String, AgentError> {
-        let outcome = match run.catalog.resolve(&call.name, &transcript.loaded_skills()) {
+        let outcome = match run.catalog.resolve(&call.name, loaded) {
             Err(refusal) => return Ok(call.refuse(run, caller, refusal.to_string())),
             Ok(Callable::Tool(tool)) => {
                 let result = run.call_tool_reported(caller, &tool, call.arguments).await;
@@ -126,7 +130,7 @@ impl Scope for SkillScope<'_> {
         run: &Arc<RunContext>,
         caller: &Caller,
         call: Call,
-        _transcript: &Transcript,
+        _loaded: &BTreeSet<SkillName>,
     ) -> Result<String, AgentError> {
         if !self.functions.contains(&call.name) {
             let reason = format!(
@@ -212,12 +216,15 @@ impl<S: Scope> Loop<'_, S> {
         let response = self.run.chat(&self.caller, request).await?;
         let calls = response.message.tool_calls.clone();
         let text = response.message.content.clone();
+        // Before this answer's calls: the skills its function list was
+        // computed from (after any compaction).
+        let loaded = transcript.loaded_skills();
         transcript.push(Message::from(response.message));
         if calls.is_empty() {
             return Ok(Some(text.unwrap_or_default()));
         }
         for call in &calls {
-            let content = self.execute(call, transcript, repeats).await?;
+            let content = self.execute(call, &loaded, repeats).await?;
             transcript.push(Message::tool(&call.id, call.name(), content));
         }
         Ok(None)
@@ -247,7 +254,7 @@ impl<S: Scope> Loop<'_, S> {
     async fn execute(
         &self,
         call: &ToolCall,
-        transcript: &Transcript,
+        loaded: &BTreeSet<SkillName>,
         repeats: &mut RepeatGuard,
     ) -> Result<String, AgentError> {
         let name = call.name().to_owned();
@@ -279,7 +286,7 @@ impl<S: Scope> Loop<'_, S> {
             }
         }
         self.scope
-            .execute(self.run, &self.caller, call, transcript)
+            .execute(self.run, &self.caller, call, loaded)
             .await
     }
 }
