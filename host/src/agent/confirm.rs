@@ -134,7 +134,7 @@ impl Confirmations {
 
     /// Opens a confirmation for a call; the returned ticket waits for the
     /// answer.
-    pub(super) fn open(
+    pub(crate) fn open(
         &self,
         run: RunId,
         caller: Caller,
@@ -178,7 +178,7 @@ impl Confirmations {
 
 /// A run's claim on one open confirmation. Dropping it withdraws the
 /// confirmation.
-pub(super) struct Ticket {
+pub(crate) struct Ticket {
     store: Confirmations,
     pending: PendingConfirmation,
     receiver: oneshot::Receiver<Answer>,

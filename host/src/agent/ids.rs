@@ -24,7 +24,7 @@ macro_rules! id_type {
 
         impl $name {
             /// A fresh random id.
-            pub(super) fn random() -> Self {
+            pub(crate) fn random() -> Self {
                 Self(random_id($prefix))
             }
 

@@ -134,32 +134,40 @@ async fn complete_chat(
     chat: ChatRun,
     mount: &Mount,
 ) -> Result<Response, ApiError> {
-    let ChatRun { run, meta } = chat;
-    match run.settle().await {
-        Progress::Finished { result, usage } => {
-            let output = result?;
-            Ok(Json(openai::completion(
-                &meta,
-                &output.answer,
-                usage,
-                &Status::Completed,
-            ))
-            .into_response())
-        }
-        Progress::Pending { run, pending } => {
-            let path = answer_path(mount, &pending);
-            let status = Status::Pending {
-                confirmation: &pending,
-                answer_path: &path,
-            };
-            let body = openai::completion(
-                &meta,
-                &openai::pending_text(&pending, &path),
-                run.usage(),
-                &status,
-            );
-            park(state, &pending, Parked::Chat(ChatRun { run, meta }))?;
-            Ok(Json(body).into_response())
+    let ChatRun { mut run, mut meta } = chat;
+    loop {
+        match run.settle().await {
+            Progress::Finished { result, usage } => {
+                let output = result?;
+                return Ok(Json(openai::completion(
+                    &meta,
+                    &output.answer,
+                    usage,
+                    &Status::Completed,
+                ))
+                .into_response());
+            }
+            Progress::Pending {
+                run: waiting,
+                pending,
+            } => {
+                let path = answer_path(mount, &pending);
+                let status = Status::Pending {
+                    confirmation: &pending,
+                    answer_path: &path,
+                };
+                let body = openai::completion(
+                    &meta,
+                    &openai::pending_text(&pending, &path),
+                    waiting.usage(),
+                    &status,
+                );
+                match park(state, &pending, ChatRun { run: waiting, meta })? {
+                    // Answered already: it goes on, and so does this request.
+                    Some(answered) => (run, meta) = (answered.run, answered.meta),
+                    None => return Ok(Json(body).into_response()),
+                }
+            }
         }
     }
 }
@@ -266,43 +274,55 @@ impl ChunkWriter {
             &self.meta,
             &json!({"role": "assistant", "content": ""}),
         ));
-        let ChatRun { run, meta } = chat;
-        let usage = match run.advance(|event| self.observe(event)).await {
-            Progress::Finished {
-                result: Ok(RunOutput { answer, .. }),
-                usage,
-            } => {
-                if self.round_text.is_empty() {
-                    self.text(&answer);
+        let mut chat = chat;
+        let usage = loop {
+            match chat.run.advance(|event| self.observe(event)).await {
+                Progress::Finished {
+                    result: Ok(RunOutput { answer, .. }),
+                    usage,
+                } => {
+                    if self.round_text.is_empty() {
+                        self.text(&answer);
+                    }
+                    self.send(openai::final_chunk(&self.meta, &Status::Completed));
+                    break usage;
                 }
-                self.send(openai::final_chunk(&self.meta, &Status::Completed));
-                usage
-            }
-            Progress::Finished {
-                result: Err(error), ..
-            } => {
-                self.send(ApiError::from(error).body());
-                return;
-            }
-            Progress::Pending { run, pending } => {
-                let usage = run.usage();
-                // Parked before the client hears of it, so that an answer
-                // sent at once finds the run.
-                if let Err(error) = park(state, &pending, Parked::Chat(ChatRun { run, meta })) {
-                    self.send(error.body());
+                Progress::Finished {
+                    result: Err(error), ..
+                } => {
+                    self.send(ApiError::from(error).body());
                     return;
                 }
-                let path = answer_path(mount, &pending);
-                self.new_round = true;
-                self.text(&openai::pending_text(&pending, &path));
-                self.send(openai::final_chunk(
-                    &self.meta,
-                    &Status::Pending {
-                        confirmation: &pending,
-                        answer_path: &path,
-                    },
-                ));
-                usage
+                Progress::Pending { run, pending } => {
+                    let usage = run.usage();
+                    let waiting = ChatRun {
+                        run,
+                        meta: chat.meta,
+                    };
+                    // Parked before the client hears of it, so that an
+                    // answer sent at once finds the run.
+                    match park(state, &pending, waiting) {
+                        Err(error) => {
+                            self.send(error.body());
+                            return;
+                        }
+                        // Answered already: the stream goes on with the run.
+                        Ok(Some(answered)) => chat = answered,
+                        Ok(None) => {
+                            let path = answer_path(mount, &pending);
+                            self.new_round = true;
+                            self.text(&openai::pending_text(&pending, &path));
+                            self.send(openai::final_chunk(
+                                &self.meta,
+                                &Status::Pending {
+                                    confirmation: &pending,
+                                    answer_path: &path,
+                                },
+                            ));
+                            break usage;
+                        }
+                    }
+                }
             }
         };
         if include_usage {

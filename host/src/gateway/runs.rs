@@ -154,9 +154,27 @@ pub enum Parked {
     Invoke(InvokeRun),
 }
 
-impl Parked {
-    /// Lets the run go on by itself (see [`OwnedRun`]'s drop).
-    pub fn detach(self) {
+impl From<ChatRun> for Parked {
+    fn from(chat: ChatRun) -> Self {
+        Self::Chat(chat)
+    }
+}
+
+impl From<InvokeRun> for Parked {
+    fn from(invoke: InvokeRun) -> Self {
+        Self::Invoke(invoke)
+    }
+}
+
+/// A run the parking can let go of.
+pub trait Detach: Send + 'static {
+    /// Lets the run go on by itself, held by no one.
+    fn detach(self);
+}
+
+impl Detach for Parked {
+    /// See [`OwnedRun`]'s drop: a detached run is not aborted.
+    fn detach(self) {
         match self {
             Self::Chat(chat) => chat.run.detach(),
             Self::Invoke(invoke) => invoke.run.detach(),
@@ -164,18 +182,25 @@ impl Parked {
     }
 }
 
-/// [`Parking::park`] found no room; the run was dropped.
+/// Why [`Parking::park`] did not park a run.
 #[derive(Debug)]
-pub struct Full;
+pub enum NotParked<R> {
+    /// The parking was full; the run was dropped.
+    Full,
+    /// The run's confirmation was answered (or expired) before the run
+    /// could be parked: nobody would take it back, so it is handed back to
+    /// be driven on.
+    Answered(R),
+}
 
 /// Parked runs by confirmation id, at most `capacity`
 /// ([`GatewayConfig::max_parked_runs`](super::GatewayConfig::max_parked_runs)).
-pub struct Parking {
-    runs: Mutex<HashMap<String, Parked>>,
+pub struct Parking<R = Parked> {
+    runs: Mutex<HashMap<String, R>>,
     capacity: usize,
 }
 
-impl Parking {
+impl<R: Detach> Parking<R> {
     pub fn new(capacity: usize) -> Self {
         Self {
             runs: Mutex::default(),
@@ -184,22 +209,28 @@ impl Parking {
     }
 
     /// Parks `run` until `pending` is answered. When the parking is full,
-    /// `run` is dropped: aborted, its confirmation withdrawn. A parked run
-    /// is let go (it ends on its own) once its confirmation is no longer
-    /// pending after its expiry, if no answer took it first.
-    pub fn park(
+    /// `run` is dropped: aborted, its confirmation withdrawn. When `pending`
+    /// is no longer waiting, `run` is handed back. A parked run is let go
+    /// (it ends on its own) once its confirmation is no longer pending after
+    /// its expiry, if no answer took it first.
+    pub fn park<Q: Into<R>>(
         self: &Arc<Self>,
         pending: &PendingConfirmation,
-        run: Parked,
+        run: Q,
         confirmations: &Confirmations,
-    ) -> Result<(), Full> {
+    ) -> Result<(), NotParked<Q>> {
         let id = pending.id.to_string();
         {
             let mut runs = self.lock();
-            if runs.len() >= self.capacity {
-                return Err(Full);
+            // Under the lock `answer` answers in: an answer is either
+            // before this check, or finds the run parked.
+            if !confirmations.is_pending(&id) {
+                return Err(NotParked::Answered(run));
             }
-            runs.insert(id.clone(), run);
+            if runs.len() >= self.capacity {
+                return Err(NotParked::Full);
+            }
+            runs.insert(id.clone(), run.into());
         }
         let parking = Arc::downgrade(self);
         let confirmations = confirmations.clone();
@@ -234,7 +265,7 @@ impl Parking {
         &self,
         id: &str,
         answer: impl FnOnce() -> Result<T, E>,
-    ) -> Result<(T, Option<Parked>), E> {
+    ) -> Result<(T, Option<R>), E> {
         let (answered, parked) = {
             let mut runs = self.lock();
             (answer(), runs.remove(id))
@@ -250,33 +281,124 @@ impl Parking {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Parked>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, R>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// Parks `run` on `pending` in the gateway's parking, or refuses it with a
-/// 503 when the parking is full: the refused run, dropped, is aborted and
-/// withdraws its confirmation, so nothing is written.
-pub fn park(state: &AppState, pending: &PendingConfirmation, run: Parked) -> Result<(), ApiError> {
-    state
-        .parking
-        .park(pending, run, state.host.confirmations())
-        .map_err(|Full| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                ErrorType::ServiceUnavailableError,
-                "too_many_pending_confirmations",
-                format!(
-                    "the gateway already holds {} runs waiting for a person's answer (its \
-                     max_parked_runs); answer some (GET /v1/confirmations lists them) or let \
-                     them expire",
-                    state.parking.capacity
-                ),
-            )
-        })
+/// Parks `run` on `pending` in the gateway's parking. `Ok(Some(run))` when
+/// the confirmation was answered before the run could be parked (an
+/// approver watching `/v1/events` can be that quick): the caller drives the
+/// run on, as the answer's request would have. A 503 when the parking is
+/// full: the refused run, dropped, is aborted and withdraws its
+/// confirmation, so nothing is written.
+pub fn park<Q: Into<Parked>>(
+    state: &AppState,
+    pending: &PendingConfirmation,
+    run: Q,
+) -> Result<Option<Q>, ApiError> {
+    match state.parking.park(pending, run, state.host.confirmations()) {
+        Ok(()) => Ok(None),
+        Err(NotParked::Answered(run)) => Ok(Some(run)),
+        Err(NotParked::Full) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            ErrorType::ServiceUnavailableError,
+            "too_many_pending_confirmations",
+            format!(
+                "the gateway already holds {} runs waiting for a person's answer (its \
+                 max_parked_runs); answer some (GET /v1/confirmations lists them) or let \
+                 them expire",
+                state.parking.capacity
+            ),
+        )),
+    }
 }
 
 /// Time after a confirmation's expiry before its parked run is let go: the
 /// run's own expiry timer declines the call first.
 const EXPIRY_GRACE: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::agent::Caller;
+
+    /// A run that records being let go.
+    struct Run(Arc<AtomicBool>);
+
+    impl Detach for Run {
+        fn detach(self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn run() -> (Run, Arc<AtomicBool>) {
+        let detached = Arc::new(AtomicBool::new(false));
+        (Run(detached.clone()), detached)
+    }
+
+    /// Opens a confirmation; it waits for as long as the returned ticket
+    /// lives.
+    fn open(confirmations: &Confirmations) -> (impl Sized, PendingConfirmation) {
+        let ticket = confirmations.open(
+            RunId::random(),
+            Caller::Main,
+            "applyRefund",
+            json!({"orderId": "88231"}),
+            Duration::from_secs(60),
+        );
+        let pending = confirmations.pending().pop().expect("one confirmation");
+        (ticket, pending)
+    }
+
+    #[tokio::test]
+    async fn a_run_answered_before_it_is_parked_is_handed_back() {
+        let confirmations = Confirmations::default();
+        let parking = Arc::new(Parking::<Run>::new(4));
+        let (_ticket, pending) = open(&confirmations);
+        confirmations
+            .approve(pending.id.as_str())
+            .expect("approved");
+
+        let (run, detached) = run();
+        match parking.park(&pending, run, &confirmations) {
+            Err(NotParked::Answered(_)) => {}
+            Ok(()) => panic!("parked a run whose confirmation nobody can answer any more"),
+            Err(NotParked::Full) => panic!("refused as full"),
+        }
+        assert!(!detached.load(Ordering::SeqCst));
+        assert!(parking.lock().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_answer_to_a_parked_run_takes_it_and_a_full_parking_refuses() {
+        let confirmations = Confirmations::default();
+        let parking = Arc::new(Parking::<Run>::new(1));
+        let (_first_ticket, first) = open(&confirmations);
+        let (_second_ticket, second) = open(&confirmations);
+
+        assert!(parking.park(&first, run().0, &confirmations).is_ok());
+        assert!(matches!(
+            parking.park(&second, run().0, &confirmations),
+            Err(NotParked::Full)
+        ));
+        let (approved, taken) = parking
+            .answer(first.id.as_str(), || {
+                confirmations.approve(first.id.as_str())
+            })
+            .expect("answered");
+        assert_eq!(approved.id, first.id);
+        assert!(taken.is_some());
+        // Answered already: nothing to take, and the answer is refused.
+        assert!(
+            parking
+                .answer(first.id.as_str(), || confirmations
+                    .approve(first.id.as_str()))
+                .is_err()
+        );
+    }
+}

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::chat::answer_path;
 use super::errors::{ApiError, ApiJson, ErrorType};
 use super::openai::confirmation_json;
-use super::runs::{InvokeRun, OwnedRun, Parked, Progress, park};
+use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount};
 use crate::agent::{CallOutcome, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
@@ -83,7 +83,7 @@ pub async fn finish_invocation(
     invocation: InvokeRun,
     mount: &Mount,
 ) -> Result<Response, ApiError> {
-    let InvokeRun { run, skill } = invocation;
+    let InvokeRun { mut run, mut skill } = invocation;
     let run_id = run.id().cloned();
     let base = json!({
         "object": "skill.invocation",
@@ -92,32 +92,46 @@ pub async fn finish_invocation(
         "version": skill.version,
         "digest": skill.digest,
     });
-    match run.settle().await {
-        Progress::Finished { result, usage } => {
-            let SkillOutput { outcome, .. } = result?;
-            match outcome {
-                CallOutcome::Done { result } => {
-                    let mut body = base;
-                    body["status"] = json!("done");
-                    body["result"] = result;
-                    body["usage"] = json!(usage);
-                    Ok(Json(body).into_response())
-                }
-                failed => Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    ErrorType::SkillError,
-                    "skill_failed",
-                    failed.error_text().unwrap_or_default(),
-                )),
+    loop {
+        match run.settle().await {
+            Progress::Finished { result, usage } => {
+                let SkillOutput { outcome, .. } = result?;
+                return match outcome {
+                    CallOutcome::Done { result } => {
+                        let mut body = base;
+                        body["status"] = json!("done");
+                        body["result"] = result;
+                        body["usage"] = json!(usage);
+                        Ok(Json(body).into_response())
+                    }
+                    failed => Err(ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        ErrorType::SkillError,
+                        "skill_failed",
+                        failed.error_text().unwrap_or_default(),
+                    )),
+                };
             }
-        }
-        Progress::Pending { run, pending } => {
-            let path = answer_path(mount, &pending);
-            let mut body = base;
-            body["status"] = json!("pending_confirmation");
-            body["confirmation"] = confirmation_json(&pending, &path);
-            park(state, &pending, Parked::Invoke(InvokeRun { run, skill }))?;
-            Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+            Progress::Pending {
+                run: waiting,
+                pending,
+            } => {
+                let invocation = InvokeRun {
+                    run: waiting,
+                    skill,
+                };
+                match park(state, &pending, invocation)? {
+                    // Answered already: it goes on, and so does this request.
+                    Some(answered) => (run, skill) = (answered.run, answered.skill),
+                    None => {
+                        let path = answer_path(mount, &pending);
+                        let mut body = base;
+                        body["status"] = json!("pending_confirmation");
+                        body["confirmation"] = confirmation_json(&pending, &path);
+                        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+                    }
+                }
+            }
         }
     }
 }
