@@ -13,7 +13,9 @@
 //! always put one JSON object on one line, and some omit the blank separator
 //! lines, which line-per-event handling tolerates.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use serde::de::IgnoredAny;
 
 use super::types::{
     AssistantMessage, ChatResponse, FinishReason, ToolCall, Usage, WireChunk, WireToolCallDelta,
@@ -80,7 +82,10 @@ pub(super) struct StreamAssembler {
     id: Option<String>,
     model: Option<String>,
     content: String,
-    calls: BTreeMap<u32, PartialCall>,
+    /// Calls in the order their first fragment arrived.
+    calls: Vec<PartialCall>,
+    /// The call each server index continues (a position in `calls`).
+    by_index: HashMap<u32, usize>,
     finish_reason: Option<FinishReason>,
     usage: Option<Usage>,
     chunks: usize,
@@ -168,25 +173,47 @@ impl StreamAssembler {
         Ok(delta_text)
     }
 
-    /// Merges a tool-call fragment into the call with the same `index`.
+    /// Merges a tool-call fragment into the call it continues, or opens a
+    /// new call.
     ///
-    /// A fragment without an index (some servers send each call whole and
-    /// unindexed) opens a new call when it carries an id not seen yet, and
-    /// otherwise continues the last call.
+    /// A fragment continues the call with its `index`, unless it carries an
+    /// id other than that call's: some servers (Ollama) number every call 0,
+    /// and their calls must not run together into one. A fragment without
+    /// an index (some servers send each call whole and unindexed) continues
+    /// the last call unless it carries another id, or it names a function
+    /// while the last call is already named and its arguments complete.
     fn merge(&mut self, fragment: WireToolCallDelta) {
-        let index = fragment.index.unwrap_or_else(|| {
-            let last = self.calls.last_key_value();
-            match (&fragment.id, last) {
-                (Some(id), Some((&index, call))) if !id.is_empty() && *id != call.id => index + 1,
-                (_, Some((&index, _))) => index,
-                (_, None) => 0,
-            }
-        });
-        let call = self.calls.entry(index).or_insert_with(|| {
+        let id = fragment.id.filter(|id| !id.is_empty());
+        let continued = match fragment.index {
+            Some(index) => self
+                .by_index
+                .get(&index)
+                .copied()
+                .filter(|&at| same_id(&self.calls[at], id.as_ref()) != Some(false)),
+            None => self.calls.len().checked_sub(1).filter(|&at| {
+                let last = &self.calls[at];
+                same_id(last, id.as_ref()).unwrap_or_else(|| {
+                    let names_a_function = fragment
+                        .function
+                        .as_ref()
+                        .and_then(|function| function.name.as_deref())
+                        .is_some_and(|name| !name.is_empty());
+                    let last_is_whole = !last.name.is_empty()
+                        && serde_json::from_str::<IgnoredAny>(&last.arguments).is_ok();
+                    !(names_a_function && last_is_whole)
+                })
+            }),
+        };
+        let at = continued.unwrap_or_else(|| {
             self.assembled_bytes += size_of::<PartialCall>();
-            PartialCall::default()
+            self.calls.push(PartialCall::default());
+            self.calls.len() - 1
         });
-        if let Some(id) = fragment.id.filter(|id| !id.is_empty()) {
+        if let Some(index) = fragment.index {
+            self.by_index.insert(index, at);
+        }
+        let call = &mut self.calls[at];
+        if let Some(id) = id {
             self.assembled_bytes += id.len();
             call.id = id;
         }
@@ -225,7 +252,7 @@ impl StreamAssembler {
         }
         let tool_calls = self
             .calls
-            .into_values()
+            .into_iter()
             .map(|call| ToolCall::new(call.id, call.name, call.arguments))
             .collect();
         Ok(ChatResponse {
@@ -240,6 +267,12 @@ impl StreamAssembler {
         }
         .normalized())
     }
+}
+
+/// Whether a fragment carrying `id` continues `call` by their ids: `None`
+/// when either has none yet.
+fn same_id(call: &PartialCall, id: Option<&String>) -> Option<bool> {
+    id.filter(|_| !call.id.is_empty()).map(|id| *id == call.id)
 }
 
 #[cfg(test)]
@@ -365,6 +398,59 @@ mod tests {
             [
                 ToolCall::new("call_a", "queryOrder", r#"{"orderId":"88231"}"#),
                 ToolCall::new("call_b", "queryLogistics", r#"{"orderId":"99001"}"#),
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_numbered_alike_with_their_own_ids_stay_apart() {
+        // Ollama streams every parallel call with index 0.
+        let body = sse(&[
+            tool_delta(0, Some("a"), Some("queryOrder"), "{\"orderId\":\"88231\"}"),
+            tool_delta(0, Some("b"), Some("queryLogistics"), "{\"orderId\""),
+            tool_delta(0, None, None, ":\"99001\"}"),
+            finish("tool_calls"),
+        ]);
+        let response = run(&body, 64).1.unwrap();
+        assert_eq!(
+            response.message.tool_calls,
+            [
+                ToolCall::new("a", "queryOrder", r#"{"orderId":"88231"}"#),
+                ToolCall::new("b", "queryLogistics", r#"{"orderId":"99001"}"#),
+            ]
+        );
+    }
+
+    #[test]
+    fn unindexed_calls_without_ids_are_told_apart_by_a_new_name_after_complete_arguments() {
+        let whole = |name: &str, args: &str| {
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"function": {"name": name, "arguments": args}}]}}]})
+        };
+        let body = sse(&[
+            whole("queryOrder", "{\"orderId\":"),
+            whole("queryOrder", "\"88231\"}"),
+            whole("queryLogistics", "{}"),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 4294967295_u32, "function": {"name": "c", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"id": "z", "function": {"name": "d", "arguments": "{}"}}]}}]}),
+            finish("tool_calls"),
+        ]);
+        let response = run(&body, 64).1.unwrap();
+        let calls: Vec<(&str, &str)> = response
+            .message
+            .tool_calls
+            .iter()
+            .map(|c| (c.name(), c.function.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                ("queryOrder", r#"{"orderId":"88231"}"#),
+                ("queryLogistics", "{}"),
+                ("c", "{}"),
+                ("d", "{}"),
             ]
         );
     }
