@@ -439,6 +439,16 @@ async fn malformed_and_unknown_calls_are_reported_back_to_the_model() {
     let requests = llm.requests();
     let not_json = tool_result(requests[1].messages(), "call_1_0");
     assert!(not_json.contains("not valid JSON"), "{not_json}");
+    // Sent back as `{}`: servers refuse a history holding broken arguments.
+    let replayed = requests[1]
+        .messages()
+        .iter()
+        .find(|message| message["role"] == "assistant")
+        .expect("the model's turn");
+    assert_eq!(
+        replayed["tool_calls"][0]["function"]["arguments"], "{}",
+        "{replayed}"
+    );
     let invalid = tool_result(requests[2].messages(), "call_2_0");
     assert!(
         invalid.contains("invalid arguments for `queryOrder`"),

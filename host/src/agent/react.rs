@@ -219,7 +219,7 @@ impl<S: Scope> Loop<'_, S> {
         // Before this answer's calls: the skills its function list was
         // computed from (after any compaction).
         let loaded = transcript.loaded_skills();
-        transcript.push(Message::from(response.message));
+        transcript.push(Message::from(response.message.replayable()));
         if calls.is_empty() {
             return Ok(Some(text.unwrap_or_default()));
         }

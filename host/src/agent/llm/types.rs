@@ -93,6 +93,22 @@ pub struct AssistantMessage {
     pub tool_calls: Vec<ToolCall>,
 }
 
+impl AssistantMessage {
+    /// This message as it can be sent back to a server: arguments that do
+    /// not parse as an object (cut off, malformed, or `""`) become `{}`.
+    /// vLLM and Ollama refuse a request whose history holds them; the
+    /// refusal of the call has already told the model what was wrong.
+    pub fn replayable(mut self) -> Self {
+        for call in &mut self.tool_calls {
+            if let Ok(Value::Object(_)) = serde_json::from_str(&call.function.arguments) {
+                continue;
+            }
+            call.function.arguments = "{}".to_owned();
+        }
+        self
+    }
+}
+
 /// The only tool type OpenAI-compatible servers define: `"function"`.
 /// Serialized as the `type` field of tool definitions and tool calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
