@@ -397,6 +397,44 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
 }
 
 #[tokio::test]
+async fn an_answer_cut_short_by_the_model_says_so_in_its_finish_reason() {
+    let llm = ScriptedLlm::start(vec![
+        Step::text("Your order 88231 was delivered on").finish_reason("length"),
+        Step::text("Your order 88231 was delivered on")
+            .finish_reason("length")
+            .fragments(2),
+        Step::text("").finish_reason("content_filter"),
+    ])
+    .await;
+    let served = Served::with_llm(&llm).await;
+    let (status, completion) = served.chat("Where is my order 88231?").await;
+    assert_eq!(status, StatusCode::OK, "{completion:#}");
+    assert_eq!(completion["choices"][0]["finish_reason"], "length");
+    assert_eq!(completion["skillhost"]["status"], "completed");
+
+    let response = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({
+            "stream": true,
+            "messages": [{"role": "user", "content": "Where is my order 88231?"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    let chunks = completion_chunks(response).await;
+    assert_eq!(
+        streamed_content(&chunks),
+        "Your order 88231 was delivered on"
+    );
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "length", "{last:#}");
+
+    let (_, withheld) = served.chat("Where is my order 88231?").await;
+    assert_eq!(withheld["choices"][0]["finish_reason"], "content_filter");
+}
+
+#[tokio::test]
 async fn skill_listing_and_events_follow_a_hot_reload() {
     let served = Served::start(Setup {
         skills: &["processRefund"],

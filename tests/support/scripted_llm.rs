@@ -61,6 +61,8 @@ pub struct Step {
     usage: (u64, u64),
     headers: Vec<(HeaderName, HeaderValue)>,
     delay: Duration,
+    /// `None`: `stop`, or `tool_calls` when the answer has calls.
+    finish_reason: Option<&'static str>,
 }
 
 impl Step {
@@ -72,6 +74,7 @@ impl Step {
             usage: (10, 5),
             headers: Vec::new(),
             delay: Duration::ZERO,
+            finish_reason: None,
         }
     }
 
@@ -151,6 +154,12 @@ impl Step {
             HeaderName::from_static(name),
             HeaderValue::from_static(value),
         ));
+        self
+    }
+
+    /// Reports this finish reason (e.g. `length`) instead of the natural one.
+    pub fn finish_reason(mut self, reason: &'static str) -> Self {
+        self.finish_reason = Some(reason);
         self
     }
 
@@ -352,11 +361,11 @@ fn render(step: &Step, round: usize, model: &str, stream: bool, include_usage: b
         Reply::Text(_) | Reply::ToolCalls(_) | Reply::Dynamic(_) => {}
     }
     let (content, calls) = assistant(step, round);
-    let finish_reason = if calls.is_empty() {
+    let finish_reason = step.finish_reason.unwrap_or(if calls.is_empty() {
         "stop"
     } else {
         "tool_calls"
-    };
+    });
     let (prompt, completion) = step.usage;
     let usage = json!({"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion});
     let id = format!("chatcmpl-scripted-{round}");

@@ -19,7 +19,7 @@ use tracing::{Instrument, Span, field};
 use super::AgentError;
 use super::catalog::{Callable, Functions, Refusal};
 use super::events::{AgentEvent, CallOutcome, Caller};
-use super::llm::{ChatRequest, Message, ToolCall};
+use super::llm::{ChatRequest, FinishReason, Message, ToolCall};
 use super::run::RunContext;
 use super::skill;
 use super::transcript::{Transcript, load_result};
@@ -160,6 +160,9 @@ pub(super) struct Loop<'a, S> {
 pub(super) struct LoopEnd {
     /// The model's final text.
     pub(super) answer: String,
+    /// Why the final text ended: [`FinishReason::Length`] or
+    /// [`FinishReason::ContentFilter`] say it is cut short or withheld.
+    pub(super) finish_reason: FinishReason,
     /// Rounds taken.
     pub(super) rounds: u32,
 }
@@ -177,15 +180,12 @@ impl<S: Scope> Loop<'_, S> {
                 functions = field::Empty,
                 masked = field::Empty,
             );
-            let answer = self
+            let end = self
                 .round(round, transcript, &mut repeats, &span)
                 .instrument(span.clone())
                 .await?;
-            if let Some(answer) = answer {
-                return Ok(LoopEnd {
-                    answer,
-                    rounds: round,
-                });
+            if let Some(end) = end {
+                return Ok(end);
             }
         }
         Err(AgentError::RoundLimit {
@@ -195,14 +195,14 @@ impl<S: Scope> Loop<'_, S> {
     }
 
     /// One round: the LLM call, then its calls in order. Returns the
-    /// model's final text when it made no calls.
+    /// loop's end when the model made no calls.
     async fn round(
         &self,
         round: u32,
         transcript: &mut Transcript,
         repeats: &mut RepeatGuard,
         span: &Span,
-    ) -> Result<Option<String>, AgentError> {
+    ) -> Result<Option<LoopEnd>, AgentError> {
         let functions = self.prepare_round(transcript);
         span.record("functions", functions.definitions.len());
         span.record("masked", functions.masked);
@@ -221,7 +221,21 @@ impl<S: Scope> Loop<'_, S> {
         let loaded = transcript.loaded_skills();
         transcript.push(Message::from(response.message.replayable()));
         if calls.is_empty() {
-            return Ok(Some(text.unwrap_or_default()));
+            let finish_reason = response.finish_reason.unwrap_or(FinishReason::Stop);
+            if matches!(
+                finish_reason,
+                FinishReason::Length | FinishReason::ContentFilter
+            ) {
+                tracing::warn!(
+                    finish_reason = finish_reason.as_str(),
+                    "the model's answer is cut short (the server's finish reason)"
+                );
+            }
+            return Ok(Some(LoopEnd {
+                answer: text.unwrap_or_default(),
+                finish_reason,
+                rounds: round,
+            }));
         }
         for call in &calls {
             let content = self.execute(call, &loaded, repeats).await?;

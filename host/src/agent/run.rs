@@ -22,7 +22,7 @@ use super::catalog::Catalog;
 use super::confirm::{Confirmations, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
-use super::llm::{ChatRequest, ChatResponse, Message, Usage};
+use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::skills::{Manifest, SkillName, SkillSnapshot};
@@ -42,6 +42,10 @@ pub struct RunStats {
 pub struct RunOutput {
     /// The main agent's final answer.
     pub answer: String,
+    /// Why the final answer ended, as the server said (`Stop` when it did
+    /// not): `Length` (the token limit cut it short) and `ContentFilter`
+    /// (withheld) tell a client the answer is not whole.
+    pub finish_reason: FinishReason,
     /// The conversation as it ends (after any compaction), answer
     /// included: what to send back for the next turn.
     pub messages: Vec<Message>,

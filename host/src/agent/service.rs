@@ -315,6 +315,7 @@ async fn main_agent(
     });
     Ok(RunOutput {
         answer: end.answer,
+        finish_reason: end.finish_reason,
         messages: transcript.into_messages(),
         rounds: end.rounds,
         stats: run.stats(),

@@ -143,7 +143,7 @@ async fn complete_chat(
                     &meta,
                     &output.answer,
                     usage,
-                    &Status::Completed,
+                    &Status::Completed(&output.finish_reason),
                 ))
                 .into_response());
             }
@@ -278,13 +278,19 @@ impl ChunkWriter {
         let usage = loop {
             match chat.run.advance(|event| self.observe(event)).await {
                 Progress::Finished {
-                    result: Ok(RunOutput { answer, .. }),
+                    result:
+                        Ok(RunOutput {
+                            answer,
+                            finish_reason,
+                            ..
+                        }),
                     usage,
                 } => {
                     if self.round_text.is_empty() {
                         self.text(&answer);
                     }
-                    self.send(openai::final_chunk(&self.meta, &Status::Completed));
+                    let status = Status::Completed(&finish_reason);
+                    self.send(openai::final_chunk(&self.meta, &status));
                     break usage;
                 }
                 Progress::Finished {

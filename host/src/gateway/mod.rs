@@ -35,7 +35,10 @@
 //!                                "answer": {"method": "POST", "path": "/v1/confirmations/cf_…"}}}
 //! ```
 //!
-//! (`"status": "completed"` on every other completion.) Streaming ends the
+//! (`"status": "completed"` on every other completion, whose
+//! `finish_reason` is that of the model's final answer: `length` or
+//! `content_filter` when the server cut it short or withheld it, else
+//! `stop`.) Streaming ends the
 //! same way: the explanation as content, a final chunk carrying the
 //! extension field, `data: [DONE]`. The run waits server-side, holding the
 //! arguments; `POST /v1/confirmations/{id}` resumes it and answers with the

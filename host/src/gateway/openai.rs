@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
-use crate::agent::llm::{AssistantMessage, Message, ToolCall, Usage};
+use crate::agent::llm::{AssistantMessage, FinishReason, Message, ToolCall, Usage};
 use crate::agent::{PendingConfirmation, RunId};
 
 /// `POST /v1/chat/completions`. Fields the host decides itself are accepted
@@ -169,7 +169,8 @@ impl CompletionMeta {
 
 /// Where a run stands, for the `skillhost` extension field.
 pub enum Status<'a> {
-    Completed,
+    /// The run ended; why its final answer ended.
+    Completed(&'a FinishReason),
     /// Waiting for a person; answer at `answer_path`.
     Pending {
         confirmation: &'a PendingConfirmation,
@@ -177,11 +178,25 @@ pub enum Status<'a> {
     },
 }
 
+impl Status<'_> {
+    /// The completion's `finish_reason`: `length` or `content_filter` when
+    /// the model's answer was cut short or withheld, else `stop` — a pending
+    /// confirmation is not a tool call the client should execute; the
+    /// extension field says what it is.
+    fn finish_reason(&self) -> &'static str {
+        match self {
+            Self::Completed(FinishReason::Length) => "length",
+            Self::Completed(FinishReason::ContentFilter) => "content_filter",
+            Self::Completed(_) | Self::Pending { .. } => "stop",
+        }
+    }
+}
+
 /// The `skillhost` extension field of completions and final chunks:
 /// `{"run", "status": "completed" | "pending_confirmation", "confirmation"?}`.
 pub fn extension(run: &RunId, status: &Status<'_>) -> Value {
     match status {
-        Status::Completed => json!({"run": run, "status": "completed"}),
+        Status::Completed(_) => json!({"run": run, "status": "completed"}),
         Status::Pending {
             confirmation,
             answer_path,
@@ -232,9 +247,7 @@ pub fn completion(
             "index": 0,
             "message": {"role": "assistant", "content": content},
             "logprobs": null,
-            // Always `stop`: a pending confirmation is not a tool call the
-            // client should execute; the extension field says what it is.
-            "finish_reason": "stop",
+            "finish_reason": status.finish_reason(),
         }],
         "usage": usage,
         "skillhost": extension(&meta.run, status),
@@ -252,7 +265,7 @@ pub fn chunk(meta: &CompletionMeta, delta: &Value) -> Value {
     })
 }
 
-/// The last chunk with choices: empty delta, `finish_reason: "stop"`, the
+/// The last chunk with choices: empty delta, the finish reason, the
 /// extension field.
 pub fn final_chunk(meta: &CompletionMeta, status: &Status<'_>) -> Value {
     json!({
@@ -260,7 +273,7 @@ pub fn final_chunk(meta: &CompletionMeta, status: &Status<'_>) -> Value {
         "object": "chat.completion.chunk",
         "created": meta.created,
         "model": meta.model,
-        "choices": [{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "delta": {}, "logprobs": null, "finish_reason": status.finish_reason()}],
         "skillhost": extension(&meta.run, status),
     })
 }

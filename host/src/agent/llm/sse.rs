@@ -89,6 +89,8 @@ pub(super) struct StreamAssembler {
     finish_reason: Option<FinishReason>,
     usage: Option<Usage>,
     chunks: usize,
+    /// A chunk carried the (first) choice: the server answered at all.
+    has_choice: bool,
     done: bool,
     /// Memory the message holds so far (text, calls), bounded by
     /// [`MAX_RESPONSE_BYTES`] as a non-streaming body is.
@@ -151,6 +153,7 @@ impl StreamAssembler {
             if choice.index != 0 {
                 continue;
             }
+            self.has_choice = true;
             if let Some(reason) = choice.finish_reason {
                 self.finish_reason = Some(reason);
             }
@@ -241,6 +244,15 @@ impl StreamAssembler {
     /// accepted when a finish reason was seen (some servers stop there);
     /// otherwise it was cut off and is an error.
     pub(super) fn finish(self) -> Result<ChatResponse, LlmError> {
+        if !self.has_choice {
+            return Err(LlmError::MalformedResponse {
+                reason: format!(
+                    "the stream ended after {} chunk(s) without a choice: no answer at all",
+                    self.chunks
+                ),
+                snippet: String::new(),
+            });
+        }
         if !self.done && self.finish_reason.is_none() {
             return Err(LlmError::MalformedResponse {
                 reason: format!(
@@ -545,6 +557,14 @@ mod tests {
             run("", 64).1,
             Err(LlmError::MalformedResponse { .. })
         ));
+        // [DONE] or usage alone: the server never answered.
+        for empty in [
+            "data: [DONE]\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":0,\"total_tokens\":1}}\n\ndata: [DONE]\n\n",
+        ] {
+            let error = run(empty, 64).1.unwrap_err();
+            assert!(error.to_string().contains("without a choice"), "{error}");
+        }
         let no_done = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"ok\"},\"finish_reason\":\"stop\"}]}";
         assert_eq!(
             run(no_done, 64).1.unwrap().message.content.as_deref(),
