@@ -115,6 +115,7 @@ impl ChatCompletionRequest {
                 ApiError::bad_request("no_messages", "`messages` is empty").with_param("messages")
             );
         }
+        check_tool_replies(&self.messages)?;
         self.messages
             .into_iter()
             .enumerate()
@@ -139,6 +140,57 @@ impl ChatCompletionRequest {
                 })
             })
             .collect()
+    }
+}
+
+/// Checks that every tool call of an assistant message is answered by a
+/// `tool` message before the next other message, and that every `tool`
+/// message answers such a call — as OpenAI's API requires. A model's server
+/// refuses a conversation that breaks this; the client hears which message
+/// to fix instead of a 502.
+fn check_tool_replies(messages: &[InboundMessage]) -> Result<(), ApiError> {
+    let unpaired = |i: usize, message: String| {
+        ApiError::bad_request("unpaired_tool_message", message).with_param(format!("messages[{i}]"))
+    };
+    // The calls still waiting for their tool message, and where they were made.
+    let mut waiting: Vec<&str> = Vec::new();
+    let mut called_at = 0;
+    for (i, message) in messages.iter().enumerate() {
+        if let InboundMessage::Tool { tool_call_id, .. } = message {
+            let Some(at) = waiting.iter().position(|id| id == tool_call_id) else {
+                return Err(unpaired(
+                    i,
+                    format!(
+                        "this tool message answers `{tool_call_id}`, which no earlier assistant \
+                         message's tool_calls is still waiting for"
+                    ),
+                ));
+            };
+            waiting.swap_remove(at);
+            continue;
+        }
+        if let Some(id) = waiting.first() {
+            return Err(unpaired(
+                called_at,
+                format!(
+                    "the tool call `{id}` of this assistant message has no tool message \
+                     answering it before messages[{i}]"
+                ),
+            ));
+        }
+        if let InboundMessage::Assistant { tool_calls, .. } = message {
+            waiting = tool_calls.iter().map(|call| call.id.as_str()).collect();
+            called_at = i;
+        }
+    }
+    match waiting.first() {
+        Some(id) => Err(unpaired(
+            called_at,
+            format!(
+                "the tool call `{id}` of this assistant message has no tool message answering it"
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -334,5 +386,45 @@ mod tests {
             parse(r#"{"n":2,"messages":[{"role":"user","content":"x"}]}"#).code(),
             "unsupported_n"
         );
+    }
+
+    #[test]
+    fn tool_calls_and_tool_messages_must_pair_up() {
+        let check = |messages: &str| {
+            parse_json::<ChatCompletionRequest>(format!(r#"{{"messages":{messages}}}"#).as_bytes())
+                .and_then(ChatCompletionRequest::into_messages)
+                .map(|_| ())
+                .map_err(|error| {
+                    assert_eq!(error.code(), "unpaired_tool_message");
+                    let body = error.body();
+                    (
+                        body["error"]["param"].as_str().unwrap().to_owned(),
+                        body["error"]["message"].as_str().unwrap().to_owned(),
+                    )
+                })
+        };
+        let call = |id: &str| {
+            format!(
+                r#"{{"role":"assistant","tool_calls":[{{"id":"{id}","type":"function","function":{{"name":"f","arguments":"{{}}"}}}}]}}"#
+            )
+        };
+        let reply = |id: &str| format!(r#"{{"role":"tool","tool_call_id":"{id}","content":"ok"}}"#);
+        let user = r#"{"role":"user","content":"hi"}"#;
+
+        let answered = format!("[{user},{},{},{user}]", call("c1"), reply("c1"));
+        assert_eq!(check(&answered), Ok(()));
+        let (param, message) = check(&format!("[{user},{},{user}]", call("c1"))).unwrap_err();
+        assert_eq!(param, "messages[1]");
+        assert!(
+            message.contains("`c1`") && message.contains("messages[2]"),
+            "{message}"
+        );
+        let (param, _) = check(&format!("[{user},{}]", call("c1"))).unwrap_err();
+        assert_eq!(param, "messages[1]");
+        let (param, message) = check(&format!("[{user},{}]", reply("c9"))).unwrap_err();
+        assert_eq!(param, "messages[1]");
+        assert!(message.contains("`c9`"), "{message}");
+        let twice = format!("[{user},{},{},{}]", call("c1"), reply("c1"), reply("c1"));
+        assert_eq!(check(&twice).unwrap_err().0, "messages[3]");
     }
 }
