@@ -420,6 +420,48 @@ async fn an_unreachable_server_is_retried_then_reported() {
     );
 }
 
+#[tokio::test]
+async fn a_connection_closed_before_the_answer_is_retried() {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+
+    let llm = ScriptedLlm::start(vec![Step::text("Hello.")]).await;
+    let upstream = llm
+        .base_url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        // The first connection is closed once its request has arrived, as
+        // a load balancer closes an idle kept-alive one; the next ones
+        // reach the server.
+        let (mut first, _) = listener.accept().await.unwrap();
+        let mut request = vec![0; 64 << 10];
+        let _ = first.read(&mut request).await;
+        drop(first);
+        loop {
+            let (mut client, _) = listener.accept().await.unwrap();
+            let upstream = upstream.clone();
+            tokio::spawn(async move {
+                let mut server = TcpStream::connect(upstream).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
+    let client = LlmClient::new(LlmConfig {
+        backoff_base: Duration::from_millis(1),
+        ..LlmConfig::new(format!("http://127.0.0.1:{port}/v1"), "m")
+    })
+    .unwrap();
+    let response = client.chat(&ask("hi")).await.unwrap();
+    assert_eq!(response.message.content.as_deref(), Some("Hello."));
+    assert_eq!(llm.requests().len(), 1);
+}
+
 #[test]
 fn no_model_is_a_typed_not_configured_state() {
     let err = LlmConfig::from_lookup(|_| None).unwrap_err();

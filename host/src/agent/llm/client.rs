@@ -384,14 +384,17 @@ impl LlmClient {
     }
 
     /// Classifies a failure to send a request or receive its headers.
-    /// Connection failures are retried; a timeout is not (the whole
-    /// `request_timeout` is already spent).
+    /// Connection failures are retried — a refused connection, or a
+    /// kept-alive one the server or a load balancer closed before answering;
+    /// a timeout is not (the whole `request_timeout` is already spent).
     fn send_failure(&self, error: &reqwest::Error) -> Failure {
-        if error.is_connect() {
-            Failure::Retry {
-                error: LlmError::Connect(error_chain(error)),
-                wait: None,
-            }
+        let retry = |error| Failure::Retry { error, wait: None };
+        if error.is_timeout() {
+            Failure::Fatal(self.read_failure(error))
+        } else if error.is_connect() {
+            retry(LlmError::Connect(error_chain(error)))
+        } else if error.is_request() {
+            retry(LlmError::Transport(error_chain(error)))
         } else {
             Failure::Fatal(self.read_failure(error))
         }

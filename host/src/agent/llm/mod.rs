@@ -8,9 +8,10 @@
 //! - [`LlmClient::chat`] sends a [`ChatRequest`] and returns one assembled
 //!   [`ChatResponse`], streamed (SSE) or not. Content deltas can be observed
 //!   as they arrive through [`ChatRequest::deltas`].
-//! - 429, 5xx and connection failures are retried with deterministic
-//!   exponential backoff, honouring `Retry-After`; everything else fails at
-//!   once with a typed [`LlmError`]. Server input never causes a panic.
+//! - 429, 5xx and connection failures (refused, or closed before the
+//!   response's headers) are retried with deterministic exponential
+//!   backoff, honouring `Retry-After`; everything else fails at once with a
+//!   typed [`LlmError`]. Server input never causes a panic.
 //! - Tool-call arguments stay raw text on the [`ToolCall`]: arguments that
 //!   are not JSON are the model's mistake to be told about
 //!   ([`ToolCall::parse_arguments`]), not a failure of the call.
