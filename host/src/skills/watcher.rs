@@ -72,6 +72,7 @@
 //! again. When the watcher starts, and whenever the OS reports that events
 //! were lost, the directory is rescanned.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
@@ -536,6 +537,10 @@ struct SyncTask {
 /// by the new file, which may still be compiling, rather than unloaded in
 /// between. Syncs of one file never overlap whatever the order here: the
 /// registry serializes them, each reading the file once it is its turn.
+///
+/// A file due again while its sync runs (rewritten during a slow compile)
+/// syncs once more when that sync finishes, however often it was due
+/// meanwhile: that one sync reads the file as it is then.
 #[derive(Debug, Default)]
 struct SyncOrder {
     next_turn: u64,
@@ -543,16 +548,31 @@ struct SyncOrder {
     unfinished: BTreeSet<u64>,
     /// Syncs of files gone waiting for their turn, in the order they were due.
     waiting: VecDeque<SyncTask>,
+    /// Files still there whose sync runs, with its turn.
+    running: HashMap<PathBuf, u64>,
+    /// For a file in `running`, the sync due since, to start after it.
+    again: HashMap<PathBuf, SyncTask>,
 }
 
 impl SyncOrder {
     /// Takes the files `due`; returns the syncs to start now.
     fn due(&mut self, due: Due) -> Vec<SyncTask> {
-        let mut start: Vec<SyncTask> = due
-            .present
-            .into_iter()
-            .map(|path| self.task(vec![path]))
-            .collect();
+        let mut start = Vec::new();
+        for path in due.present {
+            if self.again.contains_key(&path) {
+                continue;
+            }
+            let task = self.task(vec![path.clone()]);
+            match self.running.entry(path) {
+                MapEntry::Occupied(running) => {
+                    self.again.insert(running.key().clone(), task);
+                }
+                MapEntry::Vacant(idle) => {
+                    idle.insert(task.turn);
+                    start.push(task);
+                }
+            }
+        }
         if !due.gone.is_empty() {
             let gone = self.task(due.gone);
             self.waiting.push_back(gone);
@@ -561,10 +581,24 @@ impl SyncOrder {
         start
     }
 
-    /// Records that the sync `turn` finished; returns the sync it let start.
-    fn finished(&mut self, turn: u64) -> Option<SyncTask> {
+    /// Records that the sync `turn` finished; returns the syncs it let
+    /// start.
+    fn finished(&mut self, turn: u64) -> Vec<SyncTask> {
         self.unfinished.remove(&turn);
-        self.next_gone()
+        let mut start = Vec::new();
+        let path = self
+            .running
+            .iter()
+            .find_map(|(path, &running)| (running == turn).then(|| path.clone()));
+        if let Some(path) = path {
+            self.running.remove(&path);
+            if let Some(task) = self.again.remove(&path) {
+                self.running.insert(path, task.turn);
+                start.push(task);
+            }
+        }
+        start.extend(self.next_gone());
+        start
     }
 
     fn task(&mut self, paths: Vec<PathBuf>) -> SyncTask {
@@ -604,7 +638,7 @@ impl Syncs {
 
     /// Takes the turn of a sync task that finished.
     fn finished(&mut self, turn: u64) {
-        if let Some(task) = self.order.finished(turn) {
+        for task in self.order.finished(turn) {
             self.start(task);
         }
     }
@@ -996,25 +1030,54 @@ mod tests {
             gone: vec![path("f")],
         });
         assert_eq!(paths_of(&second), [[path("e")]], "e waits for nothing");
-        assert_eq!(order.finished(second[0].turn), None);
-        assert_eq!(order.finished(first[0].turn), None, "b is still syncing");
-        let c_and_d = order.finished(first[1].turn).expect("c and d's turn");
+        assert_eq!(order.finished(second[0].turn), []);
+        assert_eq!(order.finished(first[0].turn), [], "b is still syncing");
+        let c_and_d = order.finished(first[1].turn).pop().expect("c and d's turn");
         assert_eq!(c_and_d.paths, [path("c"), path("d")]);
         let third = order.due(Due {
             present: vec![path("g")],
             gone: Vec::new(),
         });
         assert_eq!(paths_of(&third), [[path("g")]], "g waits for nothing");
-        let next = order.finished(c_and_d.turn).expect("f's turn");
+        let next = order.finished(c_and_d.turn).pop().expect("f's turn");
         assert_eq!(next.paths, [path("f")]);
-        assert_eq!(order.finished(next.turn), None);
+        assert_eq!(order.finished(next.turn), []);
         let last = order.due(gone(&["/s/h.wasm"]));
         assert!(last.is_empty(), "h waits for g");
-        let last = order.finished(third[0].turn).expect("h's turn");
+        let last = order.finished(third[0].turn).pop().expect("h's turn");
         assert_eq!(last.paths, [path("h")]);
-        assert_eq!(order.finished(last.turn), None);
+        assert_eq!(order.finished(last.turn), []);
         // With nothing unfinished, a file gone syncs at once.
         let at_once = order.due(gone(&["/s/i.wasm"]));
         assert_eq!(paths_of(&at_once), [[path("i")]]);
+    }
+
+    #[test]
+    fn a_file_due_again_while_it_syncs_syncs_once_more_after_it() {
+        let a = PathBuf::from("/s/a.wasm");
+        let present = |path: &PathBuf| Due {
+            present: vec![path.clone()],
+            gone: Vec::new(),
+        };
+        let mut order = SyncOrder::default();
+        let first = order.due(present(&a));
+        assert_eq!(paths_of(&first), [[a.clone()]]);
+        // Rewritten three times while its compile runs: one more sync.
+        for _ in 0..3 {
+            assert_eq!(order.due(present(&a)), []);
+        }
+        let gone_after = order.due(gone(&["/s/b.wasm"]));
+        assert!(gone_after.is_empty());
+        let again = order.finished(first[0].turn);
+        assert_eq!(
+            paths_of(&again),
+            [[a.clone()]],
+            "b waits for a's second sync"
+        );
+        let b = order.finished(again[0].turn);
+        assert_eq!(paths_of(&b), [[PathBuf::from("/s/b.wasm")]]);
+        assert_eq!(order.finished(b[0].turn), []);
+        // Nothing runs: a file due syncs at once again.
+        assert_eq!(paths_of(&order.due(present(&a))), [[a]]);
     }
 }
