@@ -13,7 +13,7 @@ use crate::agent_common::{Shop, skill};
 #[tokio::test]
 async fn a_deterministic_case_passes_without_an_llm_and_its_write_is_auto_approved() {
     let shop = Shop::new(article_003_tools, &["processRefund"]).await;
-    let agent = Agent::builder(shop.skills.clone()).build();
+    let agent = Agent::builder(shop.skills.clone()).build().unwrap();
     let refund = shop.skills.get("processRefund").unwrap();
     let case = &refund.manifest().test_cases[0];
 
@@ -30,7 +30,7 @@ async fn a_deterministic_case_passes_without_an_llm_and_its_write_is_auto_approv
 #[tokio::test]
 async fn every_unmet_expectation_is_reported() {
     let shop = Shop::new(article_003_tools, &["processRefund"]).await;
-    let agent = Agent::builder(shop.skills.clone()).build();
+    let agent = Agent::builder(shop.skills.clone()).build().unwrap();
     let case = TestCase {
         name: "refund an order that has only shipped".into(),
         input: json!({"orderId": "99001", "reason": "no longer wanted"}),
@@ -65,7 +65,7 @@ async fn every_unmet_expectation_is_reported() {
 #[tokio::test]
 async fn an_instruction_only_case_is_skipped_without_an_llm() {
     let shop = Shop::new(article_000_tools, &["order_change"]).await;
-    let agent = Agent::builder(shop.skills.clone()).build();
+    let agent = Agent::builder(shop.skills.clone()).build().unwrap();
     let change = shop.skills.get("order_change").unwrap();
 
     let report = run_case(&agent, change.name(), &change.manifest().test_cases[0]).await;

@@ -107,6 +107,7 @@ impl Shop {
             .llm(client(llm))
             .config(config)
             .build()
+            .unwrap()
     }
 }
 

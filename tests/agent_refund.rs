@@ -531,7 +531,8 @@ async fn without_an_llm_only_deterministic_skills_run() {
             confirmation: ConfirmationPolicy::never(),
             ..config()
         })
-        .build();
+        .build()
+        .unwrap();
     assert!(matches!(
         agent.ask(REFUND_REQUEST),
         Err(skillhost::agent::AgentError::NotConfigured)
@@ -557,7 +558,10 @@ async fn without_an_llm_only_deterministic_skills_run() {
         use_steps: false,
         ..config()
     };
-    let agent = Agent::builder(shop.skills.clone()).config(llm_only).build();
+    let agent = Agent::builder(shop.skills.clone())
+        .config(llm_only)
+        .build()
+        .unwrap();
     let error = agent
         .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
         .unwrap()
@@ -584,7 +588,10 @@ async fn a_write_waiting_for_approval_holds_no_instance() {
         skill_file("inquireOrderStatus"),
     ];
     let shop = Shop::with_instances(article_003_tools, &files, 1).await;
-    let agent = Agent::builder(shop.skills.clone()).config(config()).build();
+    let agent = Agent::builder(shop.skills.clone())
+        .config(config())
+        .build()
+        .unwrap();
     let input = json!({"orderId": "88231", "reason": "broken"});
     let mut refund = agent.start_skill("processRefund", input).unwrap();
     let (mut events, pending) = until_confirmation(&mut refund).await;
@@ -630,7 +637,10 @@ async fn a_write_waiting_for_approval_holds_no_instance() {
 #[tokio::test]
 async fn steps_run_again_after_an_approval_read_the_same_wasi_random_bytes_and_time() {
     let shop = Shop::with_files(article_003_tools, &[fixture("wasi-replay")]).await;
-    let agent = Agent::builder(shop.skills.clone()).config(config()).build();
+    let agent = Agent::builder(shop.skills.clone())
+        .config(config())
+        .build()
+        .unwrap();
     let mut run = agent
         .start_skill("wasiReplay", json!({"orderId": "88231"}))
         .unwrap();

@@ -670,6 +670,35 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
 }
 
 #[tokio::test]
+async fn a_confirmation_exception_naming_no_tool_is_refused_not_ignored() {
+    let work = Workdir::new();
+    // Meant to make the read ask; misspelt, it would have run unattended.
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[confirmation]\nalways_ask = [\"queryorder\"]\n",
+    )
+    .unwrap();
+    let mut command = work.host_command(
+        &[
+            "run",
+            "processRefund",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+        ],
+        &bundled(),
+    );
+    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+    let (stdout, stderr) = expect_code(&output(&mut command).await, 1);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("always_ask names `queryorder`")
+            && stderr.contains("did you mean `queryOrder`?"),
+        "{stderr}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+}
+
+#[tokio::test]
 async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
     let work = Workdir::new();
     for (input, field) in [

@@ -660,7 +660,8 @@ async fn refund(root: &Path, use_steps: bool, o200k: &CoreBPE) -> RefundFigures 
     let agent = Agent::builder(Arc::new(skills))
         .llm(LlmClient::new(LlmConfig::new(llm.base_url(), "bench-model")).expect("a client"))
         .config(config)
-        .build();
+        .build()
+        .expect("the agent");
     let finished = agent
         .ask(REFUND_REQUEST)
         .expect("the run starts")

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::catalog::DisclosureConfig;
-use crate::tools::{Access, ToolSpec};
+use crate::tools::{Access, ToolRegistry, ToolSpec};
 
 /// The main agent's system prompt when a request brings none. Deliberately
 /// generic: embedders put their domain in [`AgentConfig::system_prompt`].
@@ -116,6 +116,31 @@ impl ConfirmationPolicy {
         self
     }
 
+    /// Checks that every per-tool exception names a tool of `tools`: a
+    /// misspelt name would leave the tool it meant to the default, e.g. a
+    /// read meant to ask running unattended.
+    pub fn check(&self, tools: &ToolRegistry) -> Result<(), UnknownPolicyTool> {
+        let Some((tool, &asks)) = self
+            .overrides
+            .iter()
+            .find(|(tool, _)| !tools.contains(tool))
+        else {
+            return Ok(());
+        };
+        let known: Vec<&str> = tools.specs().map(|spec| spec.name.as_str()).collect();
+        let meant = known
+            .iter()
+            .find(|known| known.eq_ignore_ascii_case(tool))
+            .map(|known| format!("; did you mean `{known}`?"))
+            .unwrap_or_default();
+        Err(UnknownPolicyTool {
+            tool: tool.clone(),
+            setting: if asks { "always_ask" } else { "auto_approve" },
+            known: known.join(", "),
+            meant,
+        })
+    }
+
     /// Whether a call to the tool `spec` needs approval.
     pub fn requires(&self, spec: &ToolSpec) -> bool {
         self.overrides
@@ -123,6 +148,22 @@ impl ConfirmationPolicy {
             .copied()
             .unwrap_or(self.require_for_writes && spec.access == Access::Write)
     }
+}
+
+/// A confirmation policy's exception names no registered tool
+/// ([`ConfirmationPolicy::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the confirmation policy's {setting} names `{tool}`, which is not a registered tool \
+     (the tools: {known}){meant}"
+)]
+pub struct UnknownPolicyTool {
+    /// The name given.
+    pub tool: String,
+    /// `always_ask` or `auto_approve`.
+    pub setting: &'static str,
+    known: String,
+    meant: String,
 }
 
 #[cfg(test)]
@@ -149,5 +190,24 @@ mod tests {
         assert!(!policy.requires(&spec("applyRefund", Access::Write)));
         assert!(policy.requires(&spec("queryOrder", Access::Read)));
         assert!(!ConfirmationPolicy::never().requires(&spec("applyRefund", Access::Write)));
+    }
+
+    #[test]
+    fn an_exception_naming_no_tool_is_an_error_naming_its_setting() {
+        let mut tools = ToolRegistry::new();
+        for (name, access) in [("queryOrder", Access::Read), ("applyRefund", Access::Write)] {
+            tools
+                .register(crate::tools::test_tools::named(name, access))
+                .unwrap();
+        }
+        let policy = ConfirmationPolicy::default().auto_approve("applyRefund");
+        assert_eq!(policy.check(&tools), Ok(()));
+        let error = policy.always_ask("queryorder").check(&tools).unwrap_err();
+        assert_eq!(
+            (error.tool.as_str(), error.setting),
+            ("queryorder", "always_ask")
+        );
+        let message = error.to_string();
+        assert!(message.contains("did you mean `queryOrder`?"), "{message}");
     }
 }

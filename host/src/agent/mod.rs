@@ -69,7 +69,7 @@ pub mod catalog;
 pub mod llm;
 pub mod tokens;
 
-pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT};
+pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT, UnknownPolicyTool};
 pub use confirm::{ConfirmError, ConfirmationId, Confirmations, MAX_EXPIRY, PendingConfirmation};
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;

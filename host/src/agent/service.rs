@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use super::config::AgentConfig;
+use super::config::{AgentConfig, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::llm::{LlmClient, LlmError, Message};
@@ -104,7 +104,7 @@ impl AgentInner {
 /// registry. Cheap to clone; clones share the pending confirmations.
 ///
 /// ```ignore
-/// let agent = Agent::builder(skills).llm(LlmClient::from_env()?).build();
+/// let agent = Agent::builder(skills).llm(LlmClient::from_env()?).build()?;
 /// let mut run = agent.ask("my order 88231 robot vacuum is broken, refund it")?;
 /// while let Some(event) = run.events.recv().await {
 ///     if let AgentEvent::ConfirmationPending(pending) = &event {
@@ -160,15 +160,17 @@ impl AgentBuilder {
         self
     }
 
-    /// The agent.
-    pub fn build(self) -> Agent {
+    /// The agent; an error when its confirmation policy names a tool that
+    /// is not registered.
+    pub fn build(self) -> Result<Agent, UnknownPolicyTool> {
         let tools = self.tools.unwrap_or_else(|| self.skills.tools().clone());
+        self.config.confirmation.check(&tools)?;
         for name in &self.config.disclosure.keep_public {
             if !tools.contains(name) {
                 tracing::warn!(tool = %name, "keep_public names a tool that is not registered");
             }
         }
-        Agent {
+        Ok(Agent {
             inner: Arc::new(AgentInner {
                 llm: self.llm,
                 tools,
@@ -178,7 +180,7 @@ impl AgentBuilder {
                 observer: self.observer,
                 catalog: Mutex::new(None),
             }),
-        }
+        })
     }
 }
 

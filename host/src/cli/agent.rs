@@ -80,7 +80,7 @@ impl AgentArgs {
         Ok(Agent::builder(Arc::new(skills))
             .llm(llm)
             .config(config)
-            .build())
+            .build()?)
     }
 }
 

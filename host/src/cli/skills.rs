@@ -37,7 +37,7 @@ pub async fn run(
         );
     }
     let input: Value = serde_json::from_str(input).context("--input is not valid JSON")?;
-    let agent = Agent::builder(Arc::new(skills)).config(agent).build();
+    let agent = Agent::builder(Arc::new(skills)).config(agent).build()?;
     let started = Instant::now();
     let handle = agent.start_skill(name, input)?;
     let mut trace = Trace::default();

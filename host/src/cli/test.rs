@@ -96,7 +96,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
             if let Some(llm) = &llm {
                 agent = agent.llm(llm.clone());
             }
-            let report = run_case(&agent.build(), &manifest.name, case).await;
+            let report = run_case(&agent.build()?, &manifest.name, case).await;
             progress.advance();
             if !args.json {
                 progress.suspend(|| print_report(&report));

@@ -55,7 +55,7 @@ use crate::agent::catalog::DisclosureConfig;
 use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
 use crate::agent::{
     Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations,
-    PendingConfirmation, RunHandle, RunOutput, SkillOutput,
+    PendingConfirmation, RunHandle, RunOutput, SkillOutput, UnknownPolicyTool,
 };
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
@@ -85,6 +85,9 @@ pub enum BuildError {
     /// Hot reload was asked for and the directory cannot be watched.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// The confirmation policy names a tool that is not registered.
+    #[error(transparent)]
+    Policy(#[from] UnknownPolicyTool),
 }
 
 /// Why a host has no LLM, phrased as how to configure one.
@@ -238,6 +241,8 @@ impl SkillHostBuilder {
         if let Some(error) = self.tools_error {
             return Err(error.into());
         }
+        // Before any work: a policy mistake starts nothing.
+        self.agent.confirmation.check(&self.tools)?;
         let llm = match self.llm {
             LlmSetup::None => Err(NoLlm(AgentError::NotConfigured.to_string())),
             LlmSetup::FromLookup(lookup) => match LlmConfig::from_lookup(lookup) {
@@ -284,7 +289,7 @@ impl SkillHostBuilder {
         }
         Ok(SkillHost {
             inner: Arc::new(Inner {
-                agent: agent.build(),
+                agent: agent.build()?,
                 skills,
                 skills_dir: self.skills_dir,
                 llm,

@@ -9,6 +9,8 @@ pub mod demo;
 pub mod http;
 mod registry;
 
+#[cfg(test)]
+pub(crate) use registry::test_tools;
 pub use registry::{RegisterError, RegisteredTool, ToolCallSpan, ToolCaller, ToolRegistry};
 
 use async_trait::async_trait;

@@ -327,26 +327,8 @@ mod tests {
         );
     }
 
-    struct Named(ToolSpec);
-
-    #[async_trait::async_trait]
-    impl Tool for Named {
-        fn spec(&self) -> &ToolSpec {
-            &self.0
-        }
-
-        async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
-            Ok(Value::Null)
-        }
-    }
-
     fn named(name: &str) -> Arc<dyn Tool> {
-        Arc::new(Named(ToolSpec {
-            name: name.into(),
-            description: "d".into(),
-            parameters: json!({"type": "object"}),
-            access: Access::Read,
-        }))
+        test_tools::named(name, Access::Read)
     }
 
     #[test]
@@ -366,5 +348,34 @@ mod tests {
             Err(RegisterError::ReservedName(_))
         ));
         tools.register(named("lookup-customer_2")).unwrap();
+    }
+}
+
+/// Tools for other modules' unit tests.
+#[cfg(test)]
+pub(crate) mod test_tools {
+    use super::*;
+
+    struct Named(ToolSpec);
+
+    #[async_trait::async_trait]
+    impl Tool for Named {
+        fn spec(&self) -> &ToolSpec {
+            &self.0
+        }
+
+        async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+            Ok(Value::Null)
+        }
+    }
+
+    /// A tool called `name` that takes any object and answers `null`.
+    pub(crate) fn named(name: &str, access: Access) -> Arc<dyn Tool> {
+        Arc::new(Named(ToolSpec {
+            name: name.into(),
+            description: "d".into(),
+            parameters: serde_json::json!({"type": "object"}),
+            access,
+        }))
     }
 }
