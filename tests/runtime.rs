@@ -190,6 +190,43 @@ async fn undeclared_tool_is_refused_and_never_runs() {
     );
 }
 
+#[tokio::test]
+async fn an_undeclared_tool_with_a_huge_name_is_refused_with_the_name_clipped() {
+    let host = Arc::new(DemoHost::new());
+    let skill = host.load(&fixture("undeclared-caller")).await;
+    let report = skill
+        .run(&json!({"nameBytes": 512 << 10}), recorder(&host))
+        .await
+        .unwrap();
+    let RunOutcome::Done(result) = report.outcome else {
+        panic!("expected a final result")
+    };
+    let told = result["error"]["message"].as_str().unwrap();
+    assert!(told.contains("bytes cut") && told.len() < 1024, "{told}");
+    assert!(
+        report.tool_calls[0].tool.len() < 128,
+        "the record keeps it clipped"
+    );
+
+    // Past what one call may copy to the host: the output limit stops it
+    // before the host holds the name.
+    let error = skill
+        .run(&json!({"nameBytes": 2 << 20}), recorder(&host))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            InvokeError::LimitExceeded {
+                limit: Limit::Output,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("in one call"), "{error}");
+}
+
 /// Runs a hostile guest, checks which limit stopped it, then checks the
 /// same runtime still serves a normal invocation.
 async fn assert_stopped_by(
@@ -393,6 +430,16 @@ async fn oversized_result_is_stopped_by_the_output_limit() {
         ..short_limits()
     };
     let input = json!({ "bytes": 1 << 20 });
+    assert_stopped_by("output-bomb", input, limits, Some(Limit::Output)).await;
+}
+
+#[tokio::test]
+async fn an_oversized_failure_is_stopped_by_the_output_limit_too() {
+    let limits = Limits {
+        output_bytes: 64 << 10,
+        ..short_limits()
+    };
+    let input = json!({ "bytes": 1 << 20, "fail": true });
     assert_stopped_by("output-bomb", input, limits, Some(Limit::Output)).await;
 }
 

@@ -260,7 +260,11 @@ impl SkillComponent {
         state.flush_captured_output();
         let outcome = match result {
             Err(trap) => return Err(state.classify_trap(&trap)),
-            Ok(Err(message)) => return Err(InvokeError::Failed { skill, message }),
+            Ok(Err(message)) => {
+                return Err(state
+                    .output_too_large(message.len())
+                    .unwrap_or(InvokeError::Failed { skill, message }));
+            }
             Ok(Ok(outcome)) => outcome,
         };
         let outcome = match outcome {

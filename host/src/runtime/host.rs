@@ -149,6 +149,15 @@ pub struct HostState {
 
 /// Longest log message kept; the rest is cut with a marker.
 const LOG_MESSAGE_BYTES: usize = 4 << 10;
+/// Longest trap message kept (its backtrace names functions the guest
+/// chose); the rest is cut with a marker.
+const TRAP_MESSAGE_BYTES: usize = 4 << 10;
+/// What one call from the guest may copy to the host beyond the output
+/// limit: a tool's name and the canonical ABI's framing.
+const HOSTCALL_SLACK_BYTES: usize = 64 << 10;
+/// The longest tool name (the function-name rule's); a longer name a guest
+/// asks for is kept clipped, as no tool can have it.
+const TOOL_NAME_BYTES: usize = 64;
 /// Table elements a guest may grow to: a pointer each, so 8 MiB at most.
 const TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -225,9 +234,23 @@ impl HostState {
                 limit,
                 detail,
             },
+            // wasmtime's own bound on what one call copies from the guest.
+            None if error
+                .chain()
+                .any(|cause| cause.to_string().contains("fuel allocated for hostcalls")) =>
+            {
+                InvokeError::LimitExceeded {
+                    skill,
+                    limit: Limit::Output,
+                    detail: format!(
+                        "copied more than {} bytes to the host in one call",
+                        hostcall_fuel(&self.limits)
+                    ),
+                }
+            }
             None => InvokeError::Trap {
                 skill,
-                message: format!("{error:#}"),
+                message: truncate(&format!("{error:#}"), TRAP_MESSAGE_BYTES).into_owned(),
             },
         }
     }
@@ -251,7 +274,7 @@ impl HostState {
             }
             return;
         }
-        let message = truncate(message, LOG_MESSAGE_BYTES);
+        let message = printable(&truncate(message, LOG_MESSAGE_BYTES)).into_owned();
         let skill = self.skill.as_str();
         match level {
             types::LogLevel::Trace => tracing::trace!(target: "skill", skill, "{message}"),
@@ -286,6 +309,11 @@ impl HostState {
         name: String,
         arguments: String,
     ) -> wasmtime::Result<Result<String, types::ToolError>> {
+        // Kept in records, logs and messages: never longer than a tool's.
+        let name = match truncate(&name, TOOL_NAME_BYTES) {
+            std::borrow::Cow::Borrowed(_) => name,
+            clipped => printable(&clipped).into_owned(),
+        };
         let calls_made = self.tool_calls.len() as u32;
         if calls_made > self.limits.tool_calls {
             return Err(self.hit(
@@ -375,6 +403,30 @@ fn tool_error_kind(error: &ToolError) -> types::ToolErrorKind {
         ToolError::LimitExceeded(_) => Kind::LimitExceeded,
         ToolError::Failed(_) => Kind::Failed,
     }
+}
+
+/// `text` with control characters escaped, so that a guest's text cannot
+/// make lines of its own in a log.
+fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
+/// The most one call from the guest may copy to the host: the output limit
+/// and some slack.
+fn hostcall_fuel(limits: &Limits) -> usize {
+    limits.output_bytes.saturating_add(HOSTCALL_SLACK_BYTES)
 }
 
 fn truncate(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
@@ -523,8 +575,12 @@ pub(super) async fn out_of_guest_time(clock: &GuestClock, limit: Duration) -> Du
 /// exceeds the limit; otherwise it yields to the async executor so a busy
 /// guest never starves other tasks on its thread.
 pub(super) fn sandboxed_store(engine: &Engine, state: HostState) -> Store<HostState> {
+    let fuel = hostcall_fuel(&state.limits);
     let mut store = Store::new(engine, state);
     store.limiter(|state| state);
+    // Bounds what the host copies of one call's strings (a tool's name, a
+    // log line) before it looks at them.
+    store.set_hostcall_fuel(fuel);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(|mut store| {
         let state = store.data_mut();
@@ -536,4 +592,18 @@ pub(super) fn sandboxed_store(engine: &Engine, state: HostState) -> Store<HostSt
         Ok(UpdateDeadline::Yield(1))
     });
     store
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guests_text_makes_no_log_lines_of_its_own() {
+        assert_eq!(printable("plain text, ünïcode"), "plain text, ünïcode");
+        assert_eq!(
+            printable("ok\noutcome=done skill=other\r\u{1b}[2J"),
+            "ok\\noutcome=done skill=other\\r\\u{1b}[2J"
+        );
+    }
 }

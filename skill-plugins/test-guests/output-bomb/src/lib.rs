@@ -1,5 +1,6 @@
 //! Hostile guest: its steps return a huge result (64 MiB by default, or
-//! `{"bytes": n}`), which the host's output limit must refuse.
+//! `{"bytes": n}`; with `"fail": true`, a failure of that size), which the
+//! host's output limit must refuse.
 
 use serde::Deserialize;
 use skillhost_skill_sdk::{Outcome, Skill, json};
@@ -13,7 +14,10 @@ fn skill() -> Skill {
         .instructions("Test guest; never loaded by a real host.")
         .parameters(json!({
             "type": "object",
-            "properties": { "bytes": { "type": "integer", "minimum": 2 } },
+            "properties": {
+                "bytes": { "type": "integer", "minimum": 2 },
+                "fail": { "type": "boolean" },
+            },
             "additionalProperties": false,
         }))
 }
@@ -22,6 +26,8 @@ fn skill() -> Skill {
 struct Input {
     #[serde(default = "default_bytes")]
     bytes: usize,
+    #[serde(default)]
+    fail: bool,
 }
 
 fn default_bytes() -> usize {
@@ -36,6 +42,9 @@ fn run(input: Input) -> Result<Outcome, String> {
     text[0] = b'"';
     text[length - 1] = b'"';
     let text = String::from_utf8(text).map_err(|e| e.to_string())?;
+    if input.fail {
+        return Err(text);
+    }
     Ok(Outcome::Done(text))
 }
 
