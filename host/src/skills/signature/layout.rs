@@ -145,6 +145,73 @@ fn custom_section(
 
 /// Reads an unsigned LEB128 `u32` at `*pos`, advancing it. `what` names the
 /// field for the error message.
+/// Checks every length-prefixed field of a signature section's data against
+/// the bytes that remain. wasmsign2's parser allocates a field's declared
+/// length before reading it: a few bytes of section could make it allocate
+/// 4 GiB. The fields (tool-conventions *Signatures*): version, content type
+/// and hash function, a byte each; a count of signed-hash sets, each a
+/// length-prefixed count of 32-byte hashes and a count of length-prefixed
+/// signatures, each a length-prefixed key id, an algorithm byte and a
+/// length-prefixed signature.
+pub(super) fn check_signature_fields(data: &[u8]) -> Result<(), SignatureError> {
+    let mut section = Fields {
+        bytes: data,
+        pos: 0,
+    };
+    section.skip(3, "its version, content type and hash function")?;
+    for _ in 0..section.count("its number of signed-hash sets")? {
+        let mut set = section.nested("a signed-hash set")?;
+        let hashes = set.count("a set's number of hashes")? as usize;
+        set.skip(hashes.saturating_mul(32), "a set's hashes")?;
+        for _ in 0..set.count("a set's number of signatures")? {
+            let mut signature = set.nested("a signature")?;
+            signature.nested("a signature's key id")?;
+            signature.skip(1, "a signature's algorithm")?;
+            signature.nested("a signature's bytes")?;
+        }
+    }
+    Ok(())
+}
+
+/// A signature section's fields being read ([`check_signature_fields`]).
+struct Fields<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn count(&mut self, what: &str) -> Result<u32, SignatureError> {
+        read_u32(self.bytes, &mut self.pos, || {
+            format!("the signature section's {what}")
+        })
+        .map_err(|error| match error {
+            // The section's size is known: a field running out of it is
+            // bad encoding, not a short file.
+            SignatureError::Truncated(reason) => SignatureError::Malformed(reason),
+            other => other,
+        })
+    }
+
+    fn skip(&mut self, len: usize, what: &str) -> Result<&'a [u8], SignatureError> {
+        let remaining = self.bytes.len() - self.pos;
+        if len > remaining {
+            return Err(SignatureError::Malformed(format!(
+                "the signature section's {what} takes {len} bytes, but only {remaining} remain"
+            )));
+        }
+        let field = &self.bytes[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(field)
+    }
+
+    /// A length-prefixed field, to be read in turn.
+    fn nested(&mut self, what: &str) -> Result<Fields<'a>, SignatureError> {
+        let len = self.count(&format!("length of {what}"))? as usize;
+        let bytes = self.skip(len, what)?;
+        Ok(Fields { bytes, pos: 0 })
+    }
+}
+
 fn read_u32(
     bytes: &[u8],
     pos: &mut usize,

@@ -665,6 +665,14 @@ fn framing_errors_say_which() {
         let error = trust.verify(&bytes).unwrap_err();
         assert_eq!(error.kind(), kind, "{case}: {error}");
     }
+    // A signature section whose set declares 4 GiB in a few bytes is
+    // refused before anything allocates that much.
+    let mut bomb = vec![0x00, 0x13, 0x09];
+    bomb.extend_from_slice(b"signature");
+    bomb.extend_from_slice(&[0x01, 0x01, 0x01, 0x01, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+    let error = trust.verify(&with(&bomb)).unwrap_err();
+    assert_eq!(error.kind(), "malformed", "{error}");
+    assert!(error.to_string().contains("4294967295 bytes"), "{error}");
     // A well-framed file with an unknown version is malformed, not unsigned.
     let error = trust.verify(b"\0asm\x02\x00\x00\x00").unwrap_err();
     assert_eq!(error.kind(), "malformed", "{error}");

@@ -173,6 +173,7 @@ fn judge(
 }
 
 fn parse_signature_data(signature: &[u8]) -> Result<SignatureData, SignatureError> {
+    layout::check_signature_fields(signature)?;
     let data = SignatureData::deserialize(signature).map_err(|error| {
         let why = match error {
             WSError::IOError(_) | WSError::Eof => "it ends in the middle of a field".to_string(),
