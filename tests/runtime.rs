@@ -813,3 +813,24 @@ async fn a_component_needing_more_than_the_whole_pool_is_refused_at_load() {
         "{message}"
     );
 }
+
+/// However large the pool, one component may take only its share: one
+/// needing more memories than that is refused at load, so that it can never
+/// hold the whole pool while other skills wait.
+#[tokio::test]
+async fn a_component_needing_more_than_its_share_of_a_large_pool_is_refused_at_load() {
+    let host = host_with_slots(128);
+    let error = SkillComponent::load(
+        &host.runtime,
+        skill_with_extra_memories("hoarder", 8),
+        &host.tools,
+    )
+    .await
+    .err()
+    .expect("refused");
+    let message = error.to_string();
+    assert!(
+        message.contains("9 Wasm linear memories") && message.contains("maximum of 8"),
+        "{message}"
+    );
+}

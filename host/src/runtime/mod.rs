@@ -38,6 +38,15 @@ use host::HostState;
 /// second or more, coarse enough that the ticker thread costs nothing.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// The most core instances, memories and tables one component may use,
+/// when the pool holds that many: a componentize-py guest with NumPy has 34
+/// core instances and a few memories and tables; a Rust guest one or two
+/// of each. Caps what one instance can take of the totals all share, so
+/// that one skill cannot hold the whole pool while the others wait.
+const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
+const MAX_MEMORIES_PER_COMPONENT: u32 = 8;
+const MAX_TABLES_PER_COMPONENT: u32 = 16;
+
 /// Memory and table bytes per pool slot kept mapped between instances.
 /// Default: 4 MiB — covers a Rust guest's stack and heap (about 1.1 MiB).
 const KEEP_RESIDENT_BYTES: usize = 4 << 20;
@@ -58,8 +67,10 @@ pub struct RuntimeConfig {
     /// Each slot also brings 32 core instances, 2 memories and 4 tables to
     /// the pool's totals, which all instances share: a Rust guest uses one or
     /// two of each, a componentize-py guest dozens of core instances. An
-    /// invocation that finds the totals in use by others waits too; a
-    /// component that needs more than the totals is refused at load.
+    /// invocation that finds the totals in use by others waits too. One
+    /// component may use at most 64 core instances, 8 memories and 16
+    /// tables (or the totals, if smaller); one that needs more is refused
+    /// at load.
     pub max_concurrent_instances: u32,
     /// Directory of the compilation cache: wasmtime's own cache, keyed by the
     /// SHA-256 of the component's bytes together with the engine's settings
@@ -285,17 +296,17 @@ fn engine_config(config: &RuntimeConfig) -> Config {
     // componentize-py guest dozens of core instances (34 with NumPy). A core
     // instance costs only its metadata, allocated when used; a memory or
     // table slot reserves address space up front. A component needing more
-    // than the totals could never be instantiated: it is refused at load.
+    // than its share could never be instantiated: it is refused at load.
     let core_instances = instances * 32;
     let memories = instances * 2;
     let tables = instances * 4;
     pool.total_component_instances(instances)
         .total_core_instances(core_instances)
-        .max_core_instances_per_component(core_instances)
+        .max_core_instances_per_component(core_instances.min(MAX_CORE_INSTANCES_PER_COMPONENT))
         .total_memories(memories)
-        .max_memories_per_component(memories)
+        .max_memories_per_component(memories.min(MAX_MEMORIES_PER_COMPONENT))
         .total_tables(tables)
-        .max_tables_per_component(tables)
+        .max_tables_per_component(tables.min(MAX_TABLES_PER_COMPONENT))
         .total_stacks(instances)
         .max_memory_size(config.limits.memory_bytes)
         // Reset the pages a guest dirtied in place instead of unmapping the
