@@ -627,6 +627,29 @@ async fn invocations_never_fail_while_a_skill_is_replaced_100_times() {
     assert_eq!(seen, [true, true], "both versions answered");
 }
 
+#[test]
+fn a_compilation_cache_other_users_could_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let config = |dir: &Path| RuntimeConfig {
+        max_concurrent_instances: 1,
+        cache_dir: Some(dir.to_owned()),
+        ..RuntimeConfig::default()
+    };
+    // Created for this user alone.
+    let fresh = parent.path().join("cache");
+    Runtime::new(config(&fresh)).unwrap();
+    let mode = std::fs::metadata(&fresh).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+
+    std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let error = format!("{:#}", Runtime::new(config(&fresh)).err().expect("refused"));
+    assert!(
+        error.contains("compilation cache directory") && error.contains("chmod go-w"),
+        "{error}"
+    );
+}
+
 #[tokio::test]
 async fn a_warm_start_loads_every_skill_from_the_compilation_cache() {
     let skills = tempfile::tempdir().unwrap();

@@ -77,8 +77,10 @@ struct HostArgs {
     #[arg(long)]
     allow_unsigned: bool,
     /// Compilation cache: compiled skills are kept here, keyed by their
-    /// content, so a restart does not compile unchanged skills again.
-    /// [default: $XDG_CACHE_HOME/skillhost, else ~/.cache/skillhost]
+    /// content, so a restart does not compile unchanged skills again. It
+    /// must be this user's own, writable by no one else (compiled code runs
+    /// from it unchecked). [default: $XDG_CACHE_HOME/skillhost, else
+    /// ~/.cache/skillhost]
     #[arg(long, env = "SKILLHOST_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
     /// Use no compilation cache: compile every skill at start.
