@@ -1040,6 +1040,24 @@ async fn inspect_reads_unsigned_and_tampered_files_and_says_why_they_are_not_tru
     let mut pack = work.command(&["pack"]);
     pack.arg(&yaml);
     expect_code(&output(&mut pack).await, 0);
+    // Packed again: the file there is kept unless --force says otherwise.
+    let packed = std::fs::read(work.path("orderLookup.wasm")).unwrap();
+    std::fs::write(work.path("orderLookup.wasm"), b"a signed skill").unwrap();
+    let (_, stderr) = expect_code(&output(&mut pack).await, 1);
+    assert!(
+        stderr.contains("already exists") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(work.path("orderLookup.wasm")).unwrap(),
+        b"a signed skill"
+    );
+    pack.arg("--force");
+    expect_code(&output(&mut pack).await, 0);
+    assert_eq!(
+        std::fs::read(work.path("orderLookup.wasm")).unwrap(),
+        packed
+    );
 
     let (code, report) = inspect_json(&work, &work.path("orderLookup.wasm")).await;
     assert_eq!(code, 0, "{report}");

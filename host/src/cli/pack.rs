@@ -10,6 +10,7 @@ use skillhost::runtime::digest_of;
 use skillhost::skills::pack::DeclarativeSkill;
 
 use super::progress::Progress;
+use super::sign::write_atomic;
 
 /// `skillhost pack`.
 #[derive(Debug, clap::Args)]
@@ -29,6 +30,10 @@ pub struct PackArgs {
     /// Write <name>.wasm into this directory instead.
     #[arg(long, value_name = "DIR")]
     out_dir: Option<PathBuf>,
+    /// Replace the output file if it exists (by default pack refuses: the
+    /// file it would replace may be a signed skill).
+    #[arg(long)]
+    force: bool,
     /// Print the result as JSON: name, version, source, out, size, digest,
     /// signed (always false).
     #[arg(long)]
@@ -52,7 +57,15 @@ pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
             dir.join(format!("{}.wasm", manifest.name))
         }
     };
-    std::fs::write(&out, &component).with_context(|| format!("writing {}", out.display()))?;
+    if !args.force && out.try_exists().unwrap_or(true) {
+        anyhow::bail!(
+            "{} already exists; pack writes an unsigned component, which would replace it \
+             (a signed skill there would be lost): choose another --out, or pass --force",
+            out.display()
+        );
+    }
+    // Renamed into place: a watching host never sees half a component.
+    write_atomic(&out, &component)?;
     let digest = digest_of(&component);
     if args.json {
         let packed = json!({

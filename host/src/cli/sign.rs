@@ -277,7 +277,7 @@ fn write_new(path: &Path, bytes: &[u8], secret: bool) -> anyhow::Result<()> {
 /// watcher) see the old file or the new one, never a partial write. The
 /// temporary file is hidden and ends in `.tmp`, so it is never taken for a
 /// skill; an existing file's permissions are kept.
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
