@@ -15,8 +15,11 @@
 //! A call fills each `{field}` of the URL with that argument,
 //! percent-encoded (so an argument can never change the host or add path
 //! segments; a value that would make a `.` or `..` segment, which the URL
-//! parser resolves to another path, is refused), and sends the remaining arguments as the query string (`GET`,
-//! `DELETE`) or as a JSON body (`POST`, `PUT`, `PATCH`). `${VAR}` in a header
+//! parser resolves to another path, is refused, and so is an empty one),
+//! and sends the remaining arguments as the query string (`GET`, `DELETE`)
+//! or as a JSON body (`POST`, `PUT`, `PATCH`). Only the arguments the schema
+//! declares are accepted: `additionalProperties` defaults to `false`, so an
+//! extra key a model or skill adds is refused, not sent. `${VAR}` in a header
 //! value is replaced by the environment variable `VAR` when the tool is
 //! built — a missing variable is an error, never an empty header — and
 //! header values are never logged or shown. A JSON response is the tool's
@@ -161,14 +164,32 @@ impl HttpTool {
             .flatten()
             .filter_map(Value::as_str)
             .collect();
+        let mut placed = Vec::new();
         for piece in &template {
-            if let Piece::Field(field) = piece
-                && !required.contains(&field.as_str())
-            {
+            let Piece::Field(field) = piece else { continue };
+            if !required.contains(&field.as_str()) {
                 return Err(invalid(format!(
                     "the URL uses `{{{field}}}`, which is not a required parameter"
                 )));
             }
+            if placed.contains(&field) {
+                return Err(invalid(format!(
+                    "the URL uses `{{{field}}}` twice; a parameter goes into it once"
+                )));
+            }
+            placed.push(field);
+        }
+        if config.timeout_secs == Some(0) {
+            return Err(invalid("timeout_secs must be at least 1".into()));
+        }
+        // Only declared arguments are sent: an extra key a model or a skill
+        // adds would otherwise reach the service as a body field or a query
+        // parameter no one reviewed. A schema that allows them says so.
+        let mut parameters = config.parameters;
+        if let Some(schema) = parameters.as_object_mut() {
+            schema
+                .entry("additionalProperties")
+                .or_insert(Value::Bool(false));
         }
         let mut headers = HeaderMap::new();
         for (name, value) in &config.headers {
@@ -193,7 +214,7 @@ impl HttpTool {
             spec: ToolSpec {
                 name: config.name,
                 description: config.description,
-                parameters: config.parameters,
+                parameters,
                 access: config.access,
             },
             method: config.method,
@@ -228,6 +249,15 @@ impl HttpTool {
                             });
                         }
                     };
+                    if text.is_empty() {
+                        return Err(ToolError::InvalidArguments {
+                            tool: self.spec.name.clone(),
+                            message: format!(
+                                "field `{field}` is empty; it goes into the URL, where it \
+                                 would leave a gap the service may read as another address"
+                            ),
+                        });
+                    }
                     let start = url.len();
                     percent_encode(&text, &mut url);
                     placed.push((field, start..url.len()));
@@ -556,6 +586,11 @@ mod tests {
         assert!(refused("http://h/{id").contains("unclosed"));
         assert!(refused("http://h/a/../{id}").contains("`..` segment"));
         assert!(refused("http://h/a/%2E/{id}").contains("`..` segment"));
+        assert!(refused("http://h/c/{id}?x={id}").contains("twice"));
+        let mut no_time = config("http://h/{id}");
+        no_time.timeout_secs = Some(0);
+        let error = HttpTool::new(no_time, |_| None).unwrap_err().to_string();
+        assert!(error.contains("timeout_secs"), "{error}");
         let mut missing_secret = config("http://h/{id}");
         missing_secret
             .headers
@@ -564,6 +599,33 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("`TOKEN`"), "{error}");
+    }
+
+    #[test]
+    fn only_declared_arguments_are_sent_and_none_goes_into_the_url_empty() {
+        let tool = HttpTool::new(config("http://h/c/{id}/p"), |_| None).unwrap();
+        assert_eq!(tool.spec.parameters["additionalProperties"], false);
+        let Err(ToolError::InvalidArguments { message, .. }) =
+            tool.url(json!({"id": ""}).as_object().unwrap().clone())
+        else {
+            panic!("an empty path value was accepted");
+        };
+        assert!(message.contains("field `id` is empty"), "{message}");
+        let mut tools = crate::tools::ToolRegistry::new();
+        tools.register(std::sync::Arc::new(tool)).unwrap();
+        let error = tools
+            .get("lookup")
+            .unwrap()
+            .validate(&json!({"id": "1", "status": "closed"}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("status"), "{error}");
+
+        // A schema that allows more keeps them, to send.
+        let mut open = config("http://h/c/{id}");
+        open.parameters["additionalProperties"] = json!(true);
+        let tool = HttpTool::new(open, |_| None).unwrap();
+        assert_eq!(tool.spec.parameters["additionalProperties"], true);
     }
 
     #[test]
