@@ -19,7 +19,7 @@ use skillhost::skills::signature::PublicKey;
 use skillhost::tools::demo::DemoDb;
 
 use crate::agent_common::REFUND_REQUEST;
-use crate::support::fixtures::{repo_root, skill_file};
+use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// Settings the binary reads from the environment; cleared so that the
@@ -699,6 +699,31 @@ async fn a_confirmation_exception_naming_no_tool_is_refused_not_ignored() {
 }
 
 #[tokio::test]
+async fn run_of_a_failing_skill_exits_1_and_says_why_in_text_and_in_json() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    std::fs::copy(fixture("panicker"), skills.join("panicker.wasm")).unwrap();
+    let run = |json: bool| {
+        let mut args = vec!["run", "panicker", "--input", "{}"];
+        if json {
+            args.push("--json");
+        }
+        work.host_command(&args, &skills)
+    };
+    let (stdout, stderr) = expect_code(&output(&mut run(false)).await, 1);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("trapped"), "{stderr}");
+    let (stdout, _) = expect_code(&output(&mut run(true)).await, 1);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["outcome"], "failed", "{report:#}");
+    assert!(
+        report["result"].as_str().unwrap().contains("trapped"),
+        "{report:#}"
+    );
+}
+
+#[tokio::test]
 async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
     let work = Workdir::new();
     for (input, field) in [
@@ -758,7 +783,6 @@ async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletio
     for name in ["processRefund", "inquireOrderStatus"] {
         std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
     }
-    let fixture = |name: &str| repo_root().join(format!("tests/fixtures/{name}.wasm"));
     std::fs::copy(fixture("versioned-1"), skills.join("versioned.wasm")).unwrap();
     let mut serve = work
         .host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills"))
@@ -1150,11 +1174,8 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
     let work = Workdir::new();
     let json_of = |out: &Output| -> Value {
         let (stdout, stderr) = expect_code(out, 0);
-        // Progress lines are for terminals only; what --yes approved is said.
-        assert!(
-            stderr.lines().all(|line| line.trim() == "approved (--yes)"),
-            "{stderr}"
-        );
+        // Progress lines are for terminals only.
+        assert!(stderr.is_empty(), "{stderr}");
         serde_json::from_str(&stdout).unwrap_or_else(|error| panic!("{error}: {stdout}"))
     };
 
@@ -1209,7 +1230,14 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
         ],
         &bundled(),
     );
-    let report = json_of(&output(&mut run).await);
+    let (stdout, stderr) = expect_code(&output(&mut run).await, 0);
+    // What is approved is shown, JSON or not, and so is that --yes did.
+    assert!(
+        stderr.contains("applyRefund: orderId '88231', reason 'broken'")
+            && stderr.contains("approved (--yes)"),
+        "{stderr}"
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["skill"], "processRefund");
     assert_eq!(report["outcome"], "done");
     assert_eq!(report["result"]["refunded"], true);

@@ -8,7 +8,6 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use skillhost::agent::{Agent, AgentConfig, AgentEvent, CallOutcome};
-use skillhost::runtime::RunOutcome;
 use skillhost::skills::SkillRegistry;
 
 use super::agent::{Answerer, Input, follow};
@@ -52,13 +51,15 @@ pub async fn run(
             _ => {}
         }
         // The steps' calls and confirmations; not the agent's framing of
-        // the skill call, which `run` makes itself.
-        if !json
-            && !matches!(
-                event,
-                AgentEvent::SkillStarted { .. } | AgentEvent::SkillFinished { .. }
-            )
-        {
+        // the skill call, which `run` makes itself. With --json, still what
+        // a confirmation asks (on stderr): no one approves what they cannot
+        // see.
+        let shown = match event {
+            AgentEvent::SkillStarted { .. } | AgentEvent::SkillFinished { .. } => false,
+            AgentEvent::ConfirmationPending(_) | AgentEvent::ConfirmationResolved { .. } => true,
+            _ => !json,
+        };
+        if shown {
             trace.print(event);
         }
     })
@@ -66,38 +67,67 @@ pub async fn run(
     let elapsed = started.elapsed();
     // Without a model the sub-agent cannot take over: the run then fails,
     // and the note is what `run` has to show.
-    let outcome = match (output, handover) {
-        (_, Some(note)) => RunOutcome::Handover(note),
+    let ended = match (output, handover) {
+        (_, Some(note)) => Ended::Handover(note),
         (Ok(output), None) => match output.outcome {
-            CallOutcome::Done { result } => RunOutcome::Done(result),
-            failed => anyhow::bail!("{}", failed.error_text().unwrap_or_default()),
+            CallOutcome::Done { result } => Ended::Done(result),
+            failed => Ended::Failed(failed.error_text().unwrap_or_default()),
         },
         (Err(error), None) => return Err(error),
     };
+    let code = ended.exit_code();
     if json {
-        let (kind, value) = match outcome {
-            RunOutcome::Done(result) => ("done", result),
-            RunOutcome::Handover(note) => ("handover", Value::String(note)),
+        let kind = ended.kind();
+        let result = match ended {
+            Ended::Done(result) => result,
+            Ended::Handover(text) | Ended::Failed(text) => Value::String(text),
         };
         let report = json!({
             "skill": name,
             "outcome": kind,
-            "result": value,
+            "result": result,
             "tool_calls": calls,
             "elapsed_us": u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(code);
     }
-    match outcome {
-        RunOutcome::Done(result) => {
-            println!("{}", serde_json::to_string_pretty(&result)?);
-            Ok(ExitCode::SUCCESS)
-        }
-        RunOutcome::Handover(note) => {
+    match ended {
+        Ended::Done(result) => println!("{}", serde_json::to_string_pretty(&result)?),
+        Ended::Handover(note) => {
             eprintln!("the steps handed over to the LLM-driven path, which `run` does not start:");
             println!("{note}");
-            Ok(ExitCode::from(2))
+        }
+        Ended::Failed(error) => eprintln!("error: {error}"),
+    }
+    Ok(code)
+}
+
+/// How a `run` ended: its output, and its exit code — the same with
+/// `--json` or without.
+enum Ended {
+    /// The steps' result: exit 0.
+    Done(Value),
+    /// The steps handed over to the sub-agent, with a note: exit 2.
+    Handover(String),
+    /// The skill failed, saying why: exit 1.
+    Failed(String),
+}
+
+impl Ended {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Done(_) => "done",
+            Self::Handover(_) => "handover",
+            Self::Failed(_) => "failed",
+        }
+    }
+
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            Self::Done(_) => ExitCode::SUCCESS,
+            Self::Handover(_) => ExitCode::from(2),
+            Self::Failed(_) => ExitCode::FAILURE,
         }
     }
 }
