@@ -138,7 +138,8 @@ impl ConfigFile {
             let most = MAX_EXPIRY.as_secs();
             anyhow::ensure!(
                 secs <= most,
-                "[confirmation] expiry_secs = {secs} is longer than a confirmation may wait                  ({most} s, 30 days)"
+                "[confirmation] expiry_secs = {secs} is longer than a confirmation may wait \
+                 ({most} s, 30 days)"
             );
         }
         Ok(file)

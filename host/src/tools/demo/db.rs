@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rusqlite::config::DbConfig;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::clock::DemoClock;
 
@@ -47,8 +47,22 @@ pub enum DemoDbError {
         found: i64,
         supported: i64,
     },
+    #[error(
+        "{} is not a demo database: it already holds {tables} table(s) and no demo schema \
+         version; the demo shop only seeds an empty or new file (choose another --db)",
+        path.display()
+    )]
+    NotTheDemo { path: PathBuf, tables: i64 },
     #[error("demo database: {0}")]
     Sqlite(#[from] rusqlite::Error),
+}
+
+/// A transaction that takes the write lock when it begins. A deferred one
+/// reads first and, when another process (a `skillhost run` on the same
+/// file) wrote meanwhile, fails its first write at once with "database is
+/// locked" instead of waiting its turn.
+pub(super) fn write_transaction(conn: &mut Connection) -> rusqlite::Result<Transaction<'_>> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
 }
 
 /// Prepared statements kept per connection; more than the shop has queries.
@@ -118,7 +132,16 @@ impl DemoDb {
         // ids, never 0 or 1, so its plans are the same.
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        let tables: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))?;
         match version {
+            // Another application's database: never seeded into.
+            0 if tables > 0 => {
+                return Err(DemoDbError::NotTheDemo {
+                    path: path.to_owned(),
+                    tables,
+                });
+            }
             0 => {
                 let tx = conn.transaction()?;
                 tx.execute_batch(SCHEMA)?;
@@ -292,4 +315,33 @@ pub struct Refund {
     pub status: RefundStatus,
     /// Shop-local `YYYY-MM-DD HH:MM:SS`.
     pub created_at: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_new_or_empty_file_is_seeded_and_a_seeded_one_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = dir.path().join("app.sqlite");
+        Connection::open(&other)
+            .unwrap()
+            .execute_batch("CREATE TABLE accounts (id INTEGER PRIMARY KEY);")
+            .unwrap();
+        let error = DemoDb::open(&other).err().expect("refused");
+        assert!(
+            matches!(error, DemoDbError::NotTheDemo { tables: 1, .. }),
+            "{error}"
+        );
+        let tables: i64 = Connection::open(&other)
+            .unwrap()
+            .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing was added");
+
+        let demo = dir.path().join("demo.db");
+        drop(DemoDb::open(&demo).unwrap());
+        DemoDb::open(&demo).expect("the seeded file opens again");
+    }
 }

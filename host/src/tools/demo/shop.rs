@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::{SHOP_TIME_ZONE, SHOP_UTC_OFFSET, ShopTime};
-use super::db::{CachedQueryRow, DemoDb, OrderStatus, RefundStatus};
+use super::db::{CachedQueryRow, DemoDb, OrderStatus, RefundStatus, write_transaction};
 use crate::tools::ToolError;
 
 /// The one customer of the demo shop, whose orders, cart, coupons and devices
@@ -601,7 +601,7 @@ impl DemoDb {
     pub(super) fn apply_refund(&self, order_id: &str, reason: &str) -> Result<Value, OpError> {
         let now = self.clock().now();
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
         ensure_not_refunded(&tx, order_id)?;
         if order.status != OrderStatus::Delivered {
@@ -691,7 +691,7 @@ impl DemoDb {
     ) -> Result<Value, OpError> {
         let now = self.clock().now();
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
         let refusal = match order.status {
             OrderStatus::PendingPayment | OrderStatus::Paid => None,
@@ -778,7 +778,7 @@ impl DemoDb {
     ) -> Result<Value, OpError> {
         let now = self.clock().now();
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
         if order.status != OrderStatus::Delivered {
             return Err(OpError::Rejected(format!(
@@ -922,7 +922,7 @@ impl DemoDb {
     pub(super) fn create_order(&self, coupon_id: Option<&str>) -> Result<Value, OpError> {
         let now = self.clock().now();
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         let cart = cart_lines(&tx)?;
         if cart.is_empty() {
             return Err(OpError::Rejected(
@@ -1092,7 +1092,7 @@ impl DemoDb {
     ) -> Result<Value, OpError> {
         let now = self.clock().now();
         let mut conn = self.lock();
-        let tx = conn.transaction()?;
+        let tx = write_transaction(&mut conn)?;
         if let Some(order_id) = order_id {
             find_order(&tx, order_id)?;
         }
