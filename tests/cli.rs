@@ -1091,6 +1091,11 @@ async fn inspect_reads_unsigned_and_tampered_files_and_says_why_they_are_not_tru
     assert_eq!(report["manifest"]["steps"], false);
     assert_eq!(report["manifest"]["test_cases"], 2);
 
+    // A device is refused unread, not read until memory runs out.
+    let mut device = work.command(&["inspect", "/dev/zero"]);
+    let (_, stderr) = expect_code(&output(&mut device).await, 1);
+    assert!(stderr.contains("not a regular file"), "{stderr}");
+
     // A signed file with a custom section appended: still a component,
     // no longer what the key signed.
     let mut bytes = std::fs::read(skill_file("processRefund")).unwrap();

@@ -120,8 +120,7 @@ struct Problem {
 }
 
 pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
-    let bytes =
-        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    let bytes = super::sign::read(&args.file)?;
     let mut report = Report {
         file: args.file.clone(),
         size: bytes.len(),

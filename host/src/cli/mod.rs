@@ -238,10 +238,11 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     let policy = args.signature_policy()?;
     let skills_dir = args.skills_dir()?;
     let runtime = Runtime::new(args.runtime_config(file)?)?;
+    let http_tools = file.http_tools()?;
     let db = Arc::new(DemoDb::open(&args.db)?);
     let mut tools = ToolRegistry::new();
     demo::register_all(&mut tools, db)?;
-    for tool in file.http_tools()? {
+    for tool in http_tools {
         tools.register(tool)?;
     }
     Ok(SkillRegistry::load_dir_with_progress(

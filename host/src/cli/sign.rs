@@ -1,13 +1,14 @@
 //! `skillhost keygen`, `skillhost sign` and `skillhost verify`.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::json;
 
+use skillhost::skills::MAX_SKILL_FILE_BYTES;
 use skillhost::skills::signature::{Fingerprint, KeyError, SignatureError, SigningKey, TrustStore};
 
 /// The trust store of the default (demo) configuration: only the keys in
@@ -234,8 +235,26 @@ fn source_of(store: &TrustStore, signer: Fingerprint) -> String {
         .unwrap_or_default()
 }
 
-fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
-    fs::read(path).with_context(|| format!("reading {}", path.display()))
+/// Reads the component at `path`: a regular file of at most the size a
+/// skill file may have (so `/dev/zero` or a stray huge file is refused,
+/// not read until memory runs out).
+pub(super) fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    let reading = || format!("reading {}", path.display());
+    let file = fs::File::open(path).with_context(reading)?;
+    let meta = file.metadata().with_context(reading)?;
+    anyhow::ensure!(meta.is_file(), "{} is not a regular file", path.display());
+    anyhow::ensure!(
+        meta.len() <= MAX_SKILL_FILE_BYTES,
+        "{} has {} bytes, more than the {} MiB a skill file may have",
+        path.display(),
+        meta.len(),
+        MAX_SKILL_FILE_BYTES >> 20
+    );
+    let mut bytes = Vec::new();
+    file.take(MAX_SKILL_FILE_BYTES)
+        .read_to_end(&mut bytes)
+        .with_context(reading)?;
+    Ok(bytes)
 }
 
 /// `prefix` with `.extension` appended (not replacing an existing one:
@@ -268,9 +287,14 @@ fn write_new(path: &Path, bytes: &[u8], secret: bool) -> anyhow::Result<()> {
             anyhow::Error::from(error).context(format!("creating {}", path.display()))
         }
     })?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .with_context(|| format!("writing {}", path.display()))
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if written.is_err() {
+        // Created above: a partial file would only make the next try say
+        // it already exists.
+        drop(file);
+        let _ = fs::remove_file(path);
+    }
+    written.with_context(|| format!("writing {}", path.display()))
 }
 
 /// Replaces `path` with `bytes` atomically: readers (and the skills

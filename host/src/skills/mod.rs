@@ -8,7 +8,7 @@ pub mod watcher;
 
 pub use manifest::{Manifest, ManifestError, SkillName};
 pub use registry::{
-    FailureKind, LoadFailure, LoadProgress, LoadedSkill, ReloadEvent, ReloadOutcome, SkillRegistry,
-    SkillSnapshot, SkillVersion,
+    FailureKind, LoadFailure, LoadProgress, LoadedSkill, MAX_SKILL_FILE_BYTES, ReloadEvent,
+    ReloadOutcome, SkillRegistry, SkillSnapshot, SkillVersion,
 };
 pub use watcher::{WatchHandle, watch};
