@@ -1057,6 +1057,39 @@ async fn inspect_shows_the_manifest_exports_signer_and_digest_of_a_bundled_skill
 }
 
 #[tokio::test]
+async fn inspect_resolves_a_skill_naming_an_http_tool_of_the_config_file() {
+    let work = Workdir::new();
+    let yaml = work.path("customer-care.yaml");
+    std::fs::write(
+        &yaml,
+        "name: customerCare\ndescription: Answers a customer using the CRM.\n\
+         tools: [lookupCustomer, queryOrder]\n\
+         parameters: {type: object}\n\
+         instructions: Look the customer up, then answer.\n",
+    )
+    .unwrap();
+    expect_code(&output(work.command(&["pack"]).arg(&yaml)).await, 0);
+    let inspect = |config: bool| {
+        let mut command = work.command(&["inspect", "--trust"]);
+        command
+            .arg(repo_root().join("keys/trusted"))
+            .arg(work.path("customerCare.wasm"));
+        if config {
+            command
+                .arg("--config")
+                .arg(repo_root().join("skillhost.example.toml"));
+        }
+        command
+    };
+    // Not a tool of this host without its config file...
+    let (_, stderr) = expect_code(&output(&mut inspect(false)).await, 1);
+    assert!(stderr.contains("lookupCustomer"), "{stderr}");
+    // ...and one with it, though its secret (CRM_TOKEN) is not set.
+    let (stdout, stderr) = expect_code(&output(&mut inspect(true)).await, 0);
+    assert!(stdout.contains("lookupCustomer"), "{stdout}\n{stderr}");
+}
+
+#[tokio::test]
 async fn inspect_reads_unsigned_and_tampered_files_and_says_why_they_are_not_trusted() {
     let work = Workdir::new();
     let yaml = work.path("order-lookup.yaml");

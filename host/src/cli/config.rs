@@ -23,8 +23,8 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::runtime::{Limits, RuntimeConfig};
-use skillhost::tools::Tool;
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
+use skillhost::tools::{StandIn, Tool, ToolSpec};
 
 use crate::cli::{HostArgs, LogFormat};
 
@@ -109,10 +109,7 @@ struct SandboxSection {
 impl HostArgs {
     /// The `--config` file; every setting at its default without one.
     pub fn config_file(&self) -> anyhow::Result<ConfigFile> {
-        match &self.config {
-            Some(path) => ConfigFile::load(path),
-            None => Ok(ConfigFile::default()),
-        }
+        ConfigFile::load_or_default(self.config.as_deref())
     }
 
     /// The config file's `[server] log_format`, read before logging starts.
@@ -125,6 +122,11 @@ impl HostArgs {
 }
 
 impl ConfigFile {
+    /// The file at `path`; every setting at its default without one.
+    pub fn load_or_default(path: Option<&Path>) -> anyhow::Result<Self> {
+        path.map_or_else(|| Ok(Self::default()), Self::load)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the config file {}", path.display()))?;
@@ -225,6 +227,24 @@ impl ConfigFile {
                 HttpTool::new(tool.clone(), env).map(|tool| Arc::new(tool) as Arc<dyn Tool>)
             })
             .collect::<Result<_, _>>()?)
+    }
+
+    /// The file's HTTP tools as stand-ins that are never called: skills
+    /// naming them load and their manifests resolve, with no service
+    /// reached and no secret needed. A call is refused saying `why`.
+    pub fn http_tool_stand_ins(&self, why: &str) -> Vec<Arc<dyn Tool>> {
+        self.tools
+            .iter()
+            .map(|tool| {
+                let spec = ToolSpec {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: tool.parameters.clone(),
+                    access: tool.access,
+                };
+                Arc::new(StandIn::new(spec, why)) as Arc<dyn Tool>
+            })
+            .collect()
     }
 
     /// The LLM as the process environment, then the file, configure it.

@@ -17,6 +17,7 @@ use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, comp
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
 
+use super::config::ConfigFile;
 use super::scratch_tools;
 use super::sign::TrustArgs;
 
@@ -34,6 +35,10 @@ pub struct InspectArgs {
     file: PathBuf,
     #[command(flatten)]
     trust: TrustArgs,
+    /// A config file whose HTTP tools the skill may name (they are not
+    /// called), as `skillhost skills --config` would resolve it.
+    #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
+    config: Option<PathBuf>,
     /// Print the report as one JSON object: file, size, digest, signature
     /// {signed, key_ids, status, signers, reason}, imports and exports
     /// [{name, kind}], manifest, error {kind, reason}; a part that could not
@@ -133,7 +138,8 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     };
     // Not the file's problems: these fail the command before it reports.
     let runtime = Runtime::new(RuntimeConfig::default()).context("starting the sandbox")?;
-    let tools = scratch_tools()?;
+    let file = ConfigFile::load_or_default(args.config.as_deref())?;
+    let tools = scratch_tools(&file, "inspect")?;
     if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
         report.error = Some(problem);
     }

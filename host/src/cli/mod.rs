@@ -265,12 +265,17 @@ fn settings_note<'a>(setting: &str, paths: impl IntoIterator<Item = &'a PathBuf>
     }
 }
 
-/// Every demo tool on a fresh, seeded in-memory shop: for work that must
-/// not touch the demo database (test cases, inspecting a file).
-fn scratch_tools() -> anyhow::Result<Arc<ToolRegistry>> {
+/// Every demo tool on a fresh, seeded in-memory shop, and the config
+/// file's HTTP tools as stand-ins: for work that must not touch the demo
+/// database or a real service (test cases, inspecting a file).
+fn scratch_tools(file: &ConfigFile, command: &str) -> anyhow::Result<Arc<ToolRegistry>> {
     let db = Arc::new(DemoDb::in_memory()?);
     let mut tools = ToolRegistry::new();
     demo::register_all(&mut tools, db)?;
+    let why = format!("`skillhost {command}` does not call the config file's HTTP tools");
+    for tool in file.http_tool_stand_ins(&why) {
+        tools.register(tool)?;
+    }
     Ok(Arc::new(tools))
 }
 

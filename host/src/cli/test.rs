@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
+use super::config::ConfigFile;
 use super::progress::{self, Progress};
 use super::{HostArgs, scratch_tools};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
@@ -45,7 +46,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Err(error) => return Err(error.into()),
     };
     let runtime = Runtime::new(args.host.runtime_config(&file)?)?;
-    let skills = Arc::new(load_skills(&args.host, runtime).await?);
+    let skills = Arc::new(load_skills(&args.host, &file, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {
         snapshot.skills().collect()
@@ -92,7 +93,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
         for case in &manifest.test_cases {
             progress.set_message(format!("{} › {}", manifest.name, case.name));
-            let mut agent = Agent::builder(skills.clone()).tools(scratch_tools()?);
+            let mut agent = Agent::builder(skills.clone()).tools(scratch_tools(&file, "test")?);
             if let Some(llm) = &llm {
                 agent = agent.llm(llm.clone());
             }
@@ -139,13 +140,18 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The skills of the directory, resolved against the demo tools. The
-/// tools' database is a throwaway: cases run on their own.
-async fn load_skills(args: &HostArgs, runtime: Runtime) -> anyhow::Result<SkillRegistry> {
+/// The skills of the directory, resolved against the demo tools and the
+/// config file's HTTP tools (stand-ins). The tools' database is a
+/// throwaway: cases run on their own.
+async fn load_skills(
+    args: &HostArgs,
+    file: &ConfigFile,
+    runtime: Runtime,
+) -> anyhow::Result<SkillRegistry> {
     let policy = args.signature_policy()?;
     Ok(SkillRegistry::load_dir_with_progress(
         runtime,
-        scratch_tools()?,
+        scratch_tools(file, "test")?,
         policy,
         args.skills_dir()?,
         progress::loading_skills(),

@@ -69,3 +69,34 @@ pub trait Tool: Send + Sync {
     /// `spec().parameters`; the result is any JSON value.
     async fn invoke(&self, arguments: Value) -> Result<Value, ToolError>;
 }
+
+/// A tool that is declared and never executed: its spec lets skills that
+/// name it load (to read their manifests, to run their test cases), and a
+/// call is refused with `reason`.
+pub struct StandIn {
+    spec: ToolSpec,
+    reason: String,
+}
+
+impl StandIn {
+    pub fn new(spec: ToolSpec, reason: impl Into<String>) -> Self {
+        Self {
+            spec,
+            reason: reason.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for StandIn {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+        Err(ToolError::NotPermitted {
+            tool: self.spec.name.clone(),
+            reason: self.reason.clone(),
+        })
+    }
+}

@@ -41,15 +41,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 
 pub use encode::{EncodeError, NO_STEPS};
 pub use source::DEFAULT_VERSION;
 
 use super::manifest::{Manifest, ManifestError, RawManifest};
 use crate::runtime::bindings::skillhost::skill::types as wit;
-use crate::tools::{Access, Tool, ToolError, ToolRegistry, ToolSpec};
+use crate::tools::{Access, StandIn, ToolRegistry, ToolSpec};
 use source::{Draft, Located, require};
 
 /// How a skill file is written.
@@ -302,32 +301,18 @@ fn stand_in_tools(raw: &RawManifest) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let names: BTreeSet<&String> = raw.tools.iter().chain(&raw.unlocks).collect();
     for name in names {
-        let stand_in = StandIn(ToolSpec {
-            name: name.clone(),
-            description: String::new(),
-            parameters: json!({ "type": "object" }),
-            access: Access::Read,
-        });
+        let stand_in = StandIn::new(
+            ToolSpec {
+                name: name.clone(),
+                description: String::new(),
+                parameters: json!({ "type": "object" }),
+                access: Access::Read,
+            },
+            "a pack-time stand-in is never executed",
+        );
         // Names are distinct and the schema valid: only a name no tool can
         // have is refused, and `resolve` says so.
         let _ = registry.register(Arc::new(stand_in));
     }
     registry
-}
-
-/// A declared tool at pack time: a name, never executed.
-struct StandIn(ToolSpec);
-
-#[async_trait]
-impl Tool for StandIn {
-    fn spec(&self) -> &ToolSpec {
-        &self.0
-    }
-
-    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
-        Err(ToolError::NotPermitted {
-            tool: self.0.name.clone(),
-            reason: "a pack-time stand-in is never executed".to_owned(),
-        })
-    }
 }
