@@ -793,21 +793,27 @@ async fn an_invocation_needing_more_than_a_slot_brings_waits_for_room_in_the_poo
     assert_eq!(host.runtime.instance_slots().waiting, 0);
 }
 
+/// Why a skill with `extra` memories besides its own is refused at load by
+/// a pool of `slots`.
+async fn refused_with_memories(slots: u32, extra: usize) -> String {
+    let host = host_with_slots(slots);
+    SkillComponent::load(
+        &host.runtime,
+        skill_with_extra_memories("manyMemories", extra),
+        &host.tools,
+    )
+    .await
+    .err()
+    .expect("refused")
+    .to_string()
+}
+
 /// A component needing more memories than the whole pool holds could never
 /// be instantiated: it is refused at load, naming what it needs, instead of
 /// waiting forever.
 #[tokio::test]
 async fn a_component_needing_more_than_the_whole_pool_is_refused_at_load() {
-    let host = host_with_slots(2);
-    let error = SkillComponent::load(
-        &host.runtime,
-        skill_with_extra_memories("tooManyMemories", 4),
-        &host.tools,
-    )
-    .await
-    .err()
-    .expect("refused");
-    let message = error.to_string();
+    let message = refused_with_memories(2, 4).await;
     assert!(
         message.contains("5 Wasm linear memories") && message.contains("maximum of 4"),
         "{message}"
@@ -819,16 +825,7 @@ async fn a_component_needing_more_than_the_whole_pool_is_refused_at_load() {
 /// hold the whole pool while other skills wait.
 #[tokio::test]
 async fn a_component_needing_more_than_its_share_of_a_large_pool_is_refused_at_load() {
-    let host = host_with_slots(128);
-    let error = SkillComponent::load(
-        &host.runtime,
-        skill_with_extra_memories("hoarder", 8),
-        &host.tools,
-    )
-    .await
-    .err()
-    .expect("refused");
-    let message = error.to_string();
+    let message = refused_with_memories(128, 8).await;
     assert!(
         message.contains("9 Wasm linear memories") && message.contains("maximum of 8"),
         "{message}"

@@ -396,41 +396,32 @@ mod tests {
     }
 
     #[test]
-    fn several_interleaved_tool_calls_are_kept_apart_by_index() {
-        let body = sse(&[
-            tool_delta(0, Some("call_a"), Some("queryOrder"), "{\"orderId\":"),
-            tool_delta(1, Some("call_b"), Some("queryLogistics"), "{\"order"),
+    fn tool_calls_are_kept_apart_by_index_and_by_id() {
+        // Interleaved by index, as OpenAI streams parallel calls.
+        let interleaved = sse(&[
+            tool_delta(0, Some("a"), Some("queryOrder"), "{\"orderId\":"),
+            tool_delta(1, Some("b"), Some("queryLogistics"), "{\"order"),
             tool_delta(0, None, None, "\"88231\"}"),
             tool_delta(1, None, None, "Id\":\"99001\"}"),
             finish("tool_calls"),
         ]);
-        let response = run(&body, 64).1.unwrap();
-        assert_eq!(
-            response.message.tool_calls,
-            [
-                ToolCall::new("call_a", "queryOrder", r#"{"orderId":"88231"}"#),
-                ToolCall::new("call_b", "queryLogistics", r#"{"orderId":"99001"}"#),
-            ]
-        );
-    }
-
-    #[test]
-    fn calls_numbered_alike_with_their_own_ids_stay_apart() {
-        // Ollama streams every parallel call with index 0.
-        let body = sse(&[
+        // Ollama streams every parallel call with index 0, each with its id.
+        let numbered_alike = sse(&[
             tool_delta(0, Some("a"), Some("queryOrder"), "{\"orderId\":\"88231\"}"),
             tool_delta(0, Some("b"), Some("queryLogistics"), "{\"orderId\""),
             tool_delta(0, None, None, ":\"99001\"}"),
             finish("tool_calls"),
         ]);
-        let response = run(&body, 64).1.unwrap();
-        assert_eq!(
-            response.message.tool_calls,
-            [
-                ToolCall::new("a", "queryOrder", r#"{"orderId":"88231"}"#),
-                ToolCall::new("b", "queryLogistics", r#"{"orderId":"99001"}"#),
-            ]
-        );
+        for body in [interleaved, numbered_alike] {
+            assert_eq!(
+                run(&body, 64).1.unwrap().message.tool_calls,
+                [
+                    ToolCall::new("a", "queryOrder", r#"{"orderId":"88231"}"#),
+                    ToolCall::new("b", "queryLogistics", r#"{"orderId":"99001"}"#),
+                ],
+                "{body}"
+            );
+        }
     }
 
     #[test]
