@@ -892,6 +892,98 @@ async fn api_and_admin_keys_guard_their_routes() {
 }
 
 #[tokio::test]
+async fn an_open_gateway_answers_only_requests_addressed_to_it_by_address() {
+    let served = Served::with_config(GatewayConfig {
+        allowed_hosts: vec!["skillhost.internal".into()],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let get = |host: &'static str| {
+        served
+            .http
+            .get(served.url("/v1/confirmations"))
+            .header("host", host)
+            .send()
+    };
+    // What a page on evil.example sends once its name resolves to 127.0.0.1.
+    let (status, body) = read(get("evil.example:8080").await.unwrap()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let message = error_of(&body, "host_not_allowed")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("allowed_hosts"),
+        "{message}"
+    );
+    for host in [
+        "localhost:8080",
+        "127.0.0.1",
+        "[::1]:8080",
+        "skillhost.internal:80",
+    ] {
+        assert_eq!(get(host).await.unwrap().status(), StatusCode::OK, "{host}");
+    }
+    // With keys, the keys guard it, whatever the name.
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec!["k1".into(), " k2".into(), String::new()],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let response = served
+        .http
+        .get(served.url("/v1/skills"))
+        .header("host", "skillhost.example.com")
+        .bearer_auth("k2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK, "the key is trimmed");
+    // An empty key in the list is no key.
+    let response = served
+        .http
+        .get(served.url("/v1/skills"))
+        .header("authorization", "Bearer ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn server_errors_tell_sdks_not_to_retry_and_a_refused_conversation_is_a_400() {
+    let llm = ScriptedLlm::start(vec![Step::error(
+        400,
+        "This model's maximum context length is 8192 tokens",
+    )])
+    .await;
+    let served = Served::with_llm(&llm).await;
+    let response = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let (_, body) = read(response).await;
+    let message = error_of(&body, "llm_refused_conversation")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("context length"),
+        "{message}"
+    );
+
+    // No model: a 503 that a retry would not change.
+    let served = Served::with_config(GatewayConfig::default()).await;
+    let response = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["x-should-retry"], "false");
+}
+
+#[tokio::test]
 async fn bodies_over_the_limit_are_a_413() {
     let served = Served::with_config(GatewayConfig {
         body_limit: 1024,

@@ -57,6 +57,7 @@ pub struct ServerSection {
     pub request_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
     pub max_parked_runs: Option<usize>,
+    pub allowed_hosts: Option<Vec<String>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -94,7 +94,7 @@ pub async fn answer_confirmation(
     ApiJson(answer): ApiJson<Answer>,
 ) -> Result<Response, ApiError> {
     // Expired or answered elsewhere in the meantime: a run parked under it
-    // goes on by itself.
+    // stays until its expiry.
     let (confirmation, parked) = state
         .parking
         .answer(&id, || match answer.decision {
@@ -102,7 +102,7 @@ pub async fn answer_confirmation(
             Decision::Reject => state.host.reject(&id, answer.reason.clone()),
         })
         .map_err(|error| not_pending(&error))?;
-    match parked {
+    match parked.map(Parked::answered) {
         Some(Parked::Chat(chat)) if answer.stream => Ok(stream_chat(state, chat, mount, false)),
         Some(Parked::Chat(chat)) => complete_chat(&state, chat, &mount).await,
         Some(Parked::Invoke(invoke)) => finish_invocation(&state, invoke, &mount).await,
@@ -201,7 +201,11 @@ fn stream_chat(state: Arc<AppState>, chat: ChatRun, mount: Mount, include_usage:
         ))
     });
     let done = futures::stream::once(async { Ok(Event::default().data("[DONE]")) });
-    Sse::new(chunks.chain(done)).into_response()
+    // Comments while the run works in silence (tools, sub-agents), so that
+    // proxies do not take the stream for idle and cut it.
+    Sse::new(chunks.chain(done))
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Turns a run's events into chunks.

@@ -17,6 +17,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::agent::AgentError;
+use crate::agent::llm::LlmError;
 use crate::runtime::InvokeError;
 
 /// The `type` of an error body.
@@ -128,6 +129,15 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        // OpenAI's SDKs send a request again on a 5xx unless told not to.
+        // Here one comes from a run that may already have called tools (a
+        // round limit, a timeout), or from what a retry does not change:
+        // sent again, a whole run would run again.
+        if self.status.is_server_error() {
+            response
+                .headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
+        }
         response.extensions_mut().insert(ErrorCode(self.code));
         response
     }
@@ -143,6 +153,17 @@ impl From<AgentError> for ApiError {
                 "llm_not_configured",
                 message,
             ),
+            // The model's server refused the conversation the client sent
+            // (too long for its context, a malformed history): the client's
+            // to fix. Other refusals (a bad key, an unknown model) are ours.
+            AgentError::Llm {
+                cause:
+                    LlmError::Http {
+                        status: 400 | 413 | 422,
+                        ..
+                    },
+                ..
+            } => Self::bad_request("llm_refused_conversation", message),
             AgentError::Llm { .. } => Self::new(
                 StatusCode::BAD_GATEWAY,
                 ErrorType::UpstreamError,

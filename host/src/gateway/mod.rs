@@ -59,10 +59,15 @@
 //!   an admin key, admin routes are open only when no API key is configured
 //!   either, and refused (403) otherwise — adding API keys never leaves the
 //!   admin routes open. The admin key also works on API routes.
-//!   `/healthz` is always open.
+//!   `/healthz` is always open. A gateway with no key at all answers only
+//!   requests addressed to `localhost`, an IP address or one of
+//!   [`GatewayConfig::allowed_hosts`] (403 `host_not_allowed`): a web page
+//!   that makes its own name resolve to 127.0.0.1 (DNS rebinding) sends
+//!   its name.
 //! - **Errors** are OpenAI-style bodies, `{"error": {"message", "type",
 //!   "param", "code"}}`, with a 4xx for everything a client can fix (see
-//!   [`errors`]).
+//!   [`errors`]); a 5xx says `x-should-retry: false`, as a retry would run
+//!   a whole run again.
 //! - **Limits**: a body limit and a per-request timeout (defaults on
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
 //!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's
@@ -129,6 +134,12 @@ pub struct GatewayConfig {
     /// client that starts runs and never answers cannot grow the gateway
     /// without bound. Default: [`DEFAULT_MAX_PARKED_RUNS`].
     pub max_parked_runs: usize,
+    /// Host names an open gateway (no API key, no admin key) answers
+    /// besides `localhost` and IP addresses. Default: none. Without keys,
+    /// a request naming any other host (`Host: evil.example`) is refused:
+    /// that is what a web page reaching a loopback gateway through DNS
+    /// rebinding sends.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
@@ -142,6 +153,7 @@ impl Default for GatewayConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -157,6 +169,7 @@ impl fmt::Debug for GatewayConfig {
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
             .field("max_parked_runs", &self.max_parked_runs)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -179,9 +192,11 @@ struct AppState {
 
 impl Gateway {
     pub fn new(host: SkillHost, config: GatewayConfig) -> Self {
+        // Trimmed, as presented keys are; an empty one is no key.
+        let key = |key: &String| Some(key.trim()).filter(|key| !key.is_empty()).map(digest);
         let keys = Keys {
-            api: config.api_keys.iter().map(|key| digest(key)).collect(),
-            admin: config.admin_key.as_deref().map(digest),
+            api: config.api_keys.iter().filter_map(key).collect(),
+            admin: config.admin_key.as_ref().and_then(key),
         };
         let parking = Arc::new(Parking::new(config.max_parked_runs));
         Self {
@@ -307,11 +322,16 @@ impl Keys {
         self.admin.as_ref().is_some_and(|admin| same(admin, key))
     }
 
+    /// Whether the gateway is open: no key of any kind.
+    fn open(&self) -> bool {
+        self.api.is_empty() && self.admin.is_none()
+    }
+
     fn check_api(&self, presented: Option<&str>) -> Result<(), ApiError> {
         if self.api.is_empty() {
             return Ok(());
         }
-        let key = digest(presented.ok_or_else(missing_key)?);
+        let key = digest(presented.ok_or_else(|| missing_key("an API key"))?);
         if self.is_api(&key) || self.is_admin(&key) {
             Ok(())
         } else {
@@ -333,7 +353,7 @@ impl Keys {
                 ))
             };
         }
-        let key = digest(presented.ok_or_else(missing_key)?);
+        let key = digest(presented.ok_or_else(|| missing_key("the admin key"))?);
         if self.is_admin(&key) {
             Ok(())
         } else if self.is_api(&key) {
@@ -349,13 +369,53 @@ impl Keys {
     }
 }
 
-fn missing_key() -> ApiError {
+fn missing_key(which: &str) -> ApiError {
     ApiError::new(
         StatusCode::UNAUTHORIZED,
         ErrorType::AuthenticationError,
         "missing_api_key",
-        "this gateway needs an API key: send `Authorization: Bearer <key>`",
+        format!("this route needs {which}: send `Authorization: Bearer <key>`"),
     )
+}
+
+/// Refuses a request to an open gateway (no keys) that names a host other
+/// than `localhost`, an IP address or one of `allowed`: a web page that
+/// made its own name resolve to 127.0.0.1 (DNS rebinding) sends its name,
+/// and could otherwise approve confirmations or run skills on a loopback
+/// gateway. A request without a host (not a browser's) passes.
+fn check_open_host(request: &Request, allowed: &[String]) -> Result<(), ApiError> {
+    let authority = request.uri().host().map(str::to_owned).or_else(|| {
+        let value = request.headers().get(header::HOST)?.to_str().ok()?;
+        Some(host_of(value).to_owned())
+    });
+    let Some(host) = authority else {
+        return Ok(());
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok()
+        || allowed.iter().any(|name| name.eq_ignore_ascii_case(host))
+    {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        ErrorType::PermissionError,
+        "host_not_allowed",
+        format!(
+            "this gateway has no keys, so it answers only requests addressed to localhost or \
+             an IP address, not to `{host}` (which a web page could make resolve to it); list \
+             the name in [server] allowed_hosts, or set API keys"
+        ),
+    ))
+}
+
+/// The host of a `Host` header value, without its port.
+fn host_of(value: &str) -> &str {
+    if let Some(rest) = value.strip_prefix('[') {
+        return rest.split_once(']').map_or(rest, |(host, _)| host);
+    }
+    value.rsplit_once(':').map_or(value, |(host, _)| host)
 }
 
 fn invalid_key() -> ApiError {
@@ -386,7 +446,12 @@ async fn require_api_key(
     request: Request,
     next: Next,
 ) -> Response {
-    match state.keys.check_api(bearer(&request)) {
+    let checked = if state.keys.open() {
+        check_open_host(&request, &state.config.allowed_hosts)
+    } else {
+        state.keys.check_api(bearer(&request))
+    };
+    match checked {
         Ok(()) => next.run(request).await,
         Err(error) => error.into_response(),
     }
@@ -397,7 +462,12 @@ async fn require_admin_key(
     request: Request,
     next: Next,
 ) -> Response {
-    match state.keys.check_admin(bearer(&request)) {
+    let checked = if state.keys.open() {
+        check_open_host(&request, &state.config.allowed_hosts)
+    } else {
+        state.keys.check_admin(bearer(&request))
+    };
+    match checked {
         Ok(()) => next.run(request).await,
         Err(error) => error.into_response(),
     }

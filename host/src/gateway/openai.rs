@@ -53,8 +53,9 @@ pub enum InboundMessage {
     Assistant {
         #[serde(default)]
         content: Option<Content>,
+        /// `null` (as some clients send it) or absent: none.
         #[serde(default)]
-        tool_calls: Vec<ToolCall>,
+        tool_calls: Option<Vec<ToolCall>>,
     },
     Tool {
         tool_call_id: String,
@@ -131,7 +132,7 @@ impl ChatCompletionRequest {
                         tool_calls,
                     } => Message::Assistant(AssistantMessage {
                         content: content.map(|c| c.into_text(&param)).transpose()?,
-                        tool_calls,
+                        tool_calls: tool_calls.unwrap_or_default(),
                     }),
                     InboundMessage::Tool {
                         tool_call_id,
@@ -179,7 +180,11 @@ fn check_tool_replies(messages: &[InboundMessage]) -> Result<(), ApiError> {
             ));
         }
         if let InboundMessage::Assistant { tool_calls, .. } = message {
-            waiting = tool_calls.iter().map(|call| call.id.as_str()).collect();
+            waiting = tool_calls
+                .iter()
+                .flatten()
+                .map(|call| call.id.as_str())
+                .collect();
             called_at = i;
         }
     }
@@ -355,11 +360,13 @@ mod tests {
                 {"role":"developer","content":"be brief"},
                 {"role":"user","content":[{"type":"text","text":"refund "},{"type":"text","text":"88231"}]},
                 {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
-                {"role":"tool","tool_call_id":"c1","content":"ok"}
+                {"role":"tool","tool_call_id":"c1","content":"ok"},
+                {"role":"assistant","content":"done","tool_calls":null}
             ]}"#,
         )
         .unwrap();
         let messages = request.into_messages().unwrap();
+        assert_eq!(messages.len(), 5);
         assert_eq!(messages[0], Message::system("be brief"));
         assert_eq!(messages[1], Message::user("refund 88231"));
         assert!(matches!(&messages[2], Message::Assistant(m) if m.tool_calls.len() == 1));

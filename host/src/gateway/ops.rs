@@ -75,9 +75,12 @@ pub async fn events(
             let event = tokio::select! {
                 _ = closing.wait_for(|closing| *closing) => return None,
                 received = receiver.recv() => match received {
-                    Ok(event) => Event::default()
-                        .event(event.kind())
-                        .data(serde_json::to_string(&event).expect("events serialize")),
+                    Ok(event) => match serde_json::to_string(&event) {
+                        Ok(data) => Event::default().event(event.kind()).data(data),
+                        Err(error) => Event::default()
+                            .event("error")
+                            .data(json!({"error": error.to_string()}).to_string()),
+                    },
                     Err(RecvError::Lagged(missed)) => Event::default()
                         .event("lagged")
                         .data(json!({"missed": missed}).to_string()),

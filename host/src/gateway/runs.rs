@@ -8,7 +8,7 @@
 //! and withdraws its confirmations.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
 
 use crate::agent::llm::Usage;
@@ -16,16 +16,19 @@ use crate::agent::{AgentError, AgentEvent, Confirmations, PendingConfirmation, R
 use crate::skills::SkillVersion;
 
 use axum::http::StatusCode;
+use tokio::task::AbortHandle;
 
 use super::AppState;
 use super::errors::{ApiError, ErrorType};
 use super::openai::CompletionMeta;
 
-/// A run the gateway drives; aborted when dropped while it still runs.
+/// A run the gateway drives; aborted when dropped while it still runs,
+/// unless a person's answer resumed it ([`OwnedRun::outlive_its_request`]).
 pub struct OwnedRun<T: Send + 'static> {
     handle: Option<RunHandle<T>>,
     /// Tokens of the run so far, from its usage events.
     usage: Usage,
+    abort_on_drop: bool,
 }
 
 /// Where a run stands after [`OwnedRun::advance`] or [`OwnedRun::settle`].
@@ -47,6 +50,7 @@ impl<T: Send + 'static> OwnedRun<T> {
         Self {
             handle: Some(handle),
             usage: Usage::default(),
+            abort_on_drop: true,
         }
     }
 
@@ -105,15 +109,19 @@ impl<T: Send + 'static> OwnedRun<T> {
         Progress::Finished { result, usage }
     }
 
-    /// Lets the run go on without anyone holding it: it ends on its own.
-    fn detach(mut self) {
-        self.handle.take();
+    /// Lets the run go on to its end even if the request driving it goes
+    /// away: what a person approved (or rejected) is carried out whether or
+    /// not their client stays to read the result.
+    fn outlive_its_request(&mut self) {
+        self.abort_on_drop = false;
     }
 }
 
 impl<T: Send + 'static> Drop for OwnedRun<T> {
     fn drop(&mut self) {
-        if let Some(handle) = &self.handle {
+        if let Some(handle) = &self.handle
+            && self.abort_on_drop
+        {
             handle.abort();
         }
     }
@@ -166,19 +174,15 @@ impl From<InvokeRun> for Parked {
     }
 }
 
-/// A run the parking can let go of.
-pub trait Detach: Send + 'static {
-    /// Lets the run go on by itself, held by no one.
-    fn detach(self);
-}
-
-impl Detach for Parked {
-    /// See [`OwnedRun`]'s drop: a detached run is not aborted.
-    fn detach(self) {
-        match self {
-            Self::Chat(chat) => chat.run.detach(),
-            Self::Invoke(invoke) => invoke.run.detach(),
+impl Parked {
+    /// The run, taken by a person's answer: it goes on to its end even if
+    /// the answering request goes away.
+    pub fn answered(mut self) -> Self {
+        match &mut self {
+            Self::Chat(chat) => chat.run.outlive_its_request(),
+            Self::Invoke(invoke) => invoke.run.outlive_its_request(),
         }
+        self
     }
 }
 
@@ -193,14 +197,22 @@ pub enum NotParked<R> {
     Answered(R),
 }
 
+/// A parked run and the timer that drops it once its confirmation expired.
+struct Entry<R> {
+    run: R,
+    expiry: AbortHandle,
+}
+
 /// Parked runs by confirmation id, at most `capacity`
 /// ([`GatewayConfig::max_parked_runs`](super::GatewayConfig::max_parked_runs)).
+/// A run dropped here is aborted (see [`OwnedRun`]'s drop): no one could
+/// take it back, so it spends no more tokens.
 pub struct Parking<R = Parked> {
-    runs: Mutex<HashMap<String, R>>,
+    runs: Mutex<HashMap<String, Entry<R>>>,
     capacity: usize,
 }
 
-impl<R: Detach> Parking<R> {
+impl<R: Send + 'static> Parking<R> {
     pub fn new(capacity: usize) -> Self {
         Self {
             runs: Mutex::default(),
@@ -210,9 +222,8 @@ impl<R: Detach> Parking<R> {
 
     /// Parks `run` until `pending` is answered. When the parking is full,
     /// `run` is dropped: aborted, its confirmation withdrawn. When `pending`
-    /// is no longer waiting, `run` is handed back. A parked run is let go
-    /// (it ends on its own) once its confirmation is no longer pending after
-    /// its expiry, if no answer took it first.
+    /// is no longer waiting, `run` is handed back. A parked run that no
+    /// answer took is dropped once its confirmation expired.
     pub fn park<Q: Into<R>>(
         self: &Arc<Self>,
         pending: &PendingConfirmation,
@@ -220,69 +231,78 @@ impl<R: Detach> Parking<R> {
         confirmations: &Confirmations,
     ) -> Result<(), NotParked<Q>> {
         let id = pending.id.to_string();
-        {
-            let mut runs = self.lock();
-            // Under the lock `answer` answers in: an answer is either
-            // before this check, or finds the run parked.
-            if !confirmations.is_pending(&id) {
-                return Err(NotParked::Answered(run));
-            }
-            if runs.len() >= self.capacity {
-                return Err(NotParked::Full);
-            }
-            runs.insert(id.clone(), run.into());
+        let mut runs = self.lock();
+        // Under the lock `answer` answers in: an answer is either before
+        // this check, or finds the run parked.
+        if !confirmations.is_pending(&id) {
+            return Err(NotParked::Answered(run));
         }
-        let parking = Arc::downgrade(self);
-        let confirmations = confirmations.clone();
-        let expires_at = pending.expires_at;
-        tokio::spawn(async move {
-            loop {
-                let left = expires_at
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default();
-                tokio::time::sleep(left + EXPIRY_GRACE).await;
-                let Some(parking) = parking.upgrade() else {
-                    return;
-                };
-                let mut runs = parking.lock();
-                // Still pending (the wall clock stepped): look again later.
-                if !runs.contains_key(&id) || !confirmations.is_pending(&id) {
-                    if let Some(parked) = runs.remove(&id) {
-                        parked.detach();
-                    }
-                    return;
-                }
-            }
-        });
+        if runs.len() >= self.capacity {
+            return Err(NotParked::Full);
+        }
+        let expiry = tokio::spawn(drop_when_expired(
+            Arc::downgrade(self),
+            id.clone(),
+            pending.expires_at,
+            confirmations.clone(),
+        ))
+        .abort_handle();
+        runs.insert(
+            id,
+            Entry {
+                run: run.into(),
+                expiry,
+            },
+        );
         Ok(())
     }
 
     /// Answers the confirmation `id` with `answer` and takes the run parked
     /// under it, in one step: of two answers racing, the one that answers
     /// gets the run. When the confirmation can no longer be answered, a run
-    /// still parked under it is let go.
+    /// parked under it stays until its expiry timer drops it (it may be
+    /// carrying out an answer given through the library meanwhile).
     pub fn answer<T, E>(
         &self,
         id: &str,
         answer: impl FnOnce() -> Result<T, E>,
     ) -> Result<(T, Option<R>), E> {
-        let (answered, parked) = {
-            let mut runs = self.lock();
-            (answer(), runs.remove(id))
-        };
-        match answered {
-            Ok(answered) => Ok((answered, parked)),
-            Err(error) => {
-                if let Some(parked) = parked {
-                    parked.detach();
-                }
-                Err(error)
-            }
-        }
+        let mut runs = self.lock();
+        let answered = answer()?;
+        let parked = runs.remove(id).map(|entry| {
+            entry.expiry.abort();
+            entry.run
+        });
+        Ok((answered, parked))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, R>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
         self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Drops the run parked under `id` once its confirmation has expired (looking
+/// again later if the wall clock stepped back), unless an answer took it.
+async fn drop_when_expired<R: Send + 'static>(
+    parking: Weak<Parking<R>>,
+    id: String,
+    expires_at: SystemTime,
+    confirmations: Confirmations,
+) {
+    loop {
+        let left = expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        tokio::time::sleep(left + EXPIRY_GRACE).await;
+        let Some(parking) = parking.upgrade() else {
+            return;
+        };
+        if !confirmations.is_pending(&id) {
+            // Dropped outside the lock: aborting takes other locks.
+            let expired = parking.lock().remove(&id);
+            drop(expired);
+            return;
+        }
     }
 }
 
@@ -314,7 +334,7 @@ pub fn park<Q: Into<Parked>>(
     }
 }
 
-/// Time after a confirmation's expiry before its parked run is let go: the
+/// Time after a confirmation's expiry before its parked run is dropped: the
 /// run's own expiry timer declines the call first.
 const EXPIRY_GRACE: Duration = Duration::from_secs(1);
 
@@ -327,78 +347,106 @@ mod tests {
     use super::*;
     use crate::agent::Caller;
 
-    /// A run that records being let go.
+    /// A run that records being dropped (which aborts a real one).
     struct Run(Arc<AtomicBool>);
 
-    impl Detach for Run {
-        fn detach(self) {
+    impl Drop for Run {
+        fn drop(&mut self) {
             self.0.store(true, Ordering::SeqCst);
         }
     }
 
     fn run() -> (Run, Arc<AtomicBool>) {
-        let detached = Arc::new(AtomicBool::new(false));
-        (Run(detached.clone()), detached)
+        let dropped = Arc::new(AtomicBool::new(false));
+        (Run(dropped.clone()), dropped)
     }
 
-    /// Opens a confirmation; it waits for as long as the returned ticket
-    /// lives.
-    fn open(confirmations: &Confirmations) -> (impl Sized, PendingConfirmation) {
+    /// Opens a confirmation that expires after `expiry`; it waits for as
+    /// long as the returned ticket lives.
+    fn open(confirmations: &Confirmations, expiry: Duration) -> (impl Sized, PendingConfirmation) {
+        let before = confirmations.pending();
         let ticket = confirmations.open(
             RunId::random(),
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231"}),
-            Duration::from_secs(60),
+            expiry,
         );
-        let pending = confirmations.pending().pop().expect("one confirmation");
+        let pending = confirmations
+            .pending()
+            .into_iter()
+            .find(|pending| !before.contains(pending))
+            .expect("the confirmation");
         (ticket, pending)
     }
+
+    const MINUTE: Duration = Duration::from_secs(60);
 
     #[tokio::test]
     async fn a_run_answered_before_it_is_parked_is_handed_back() {
         let confirmations = Confirmations::default();
         let parking = Arc::new(Parking::<Run>::new(4));
-        let (_ticket, pending) = open(&confirmations);
+        let (_ticket, pending) = open(&confirmations, MINUTE);
         confirmations
             .approve(pending.id.as_str())
             .expect("approved");
 
-        let (run, detached) = run();
+        let (run, dropped) = run();
         match parking.park(&pending, run, &confirmations) {
-            Err(NotParked::Answered(_)) => {}
+            Err(NotParked::Answered(run)) => drop(run),
             Ok(()) => panic!("parked a run whose confirmation nobody can answer any more"),
             Err(NotParked::Full) => panic!("refused as full"),
         }
-        assert!(!detached.load(Ordering::SeqCst));
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "handed back, then dropped here"
+        );
         assert!(parking.lock().is_empty());
     }
 
     #[tokio::test]
-    async fn the_answer_to_a_parked_run_takes_it_and_a_full_parking_refuses() {
+    async fn an_answer_takes_its_run_a_full_parking_refuses_and_expiry_drops_the_rest() {
         let confirmations = Confirmations::default();
-        let parking = Arc::new(Parking::<Run>::new(1));
-        let (_first_ticket, first) = open(&confirmations);
-        let (_second_ticket, second) = open(&confirmations);
+        let parking = Arc::new(Parking::<Run>::new(2));
+        let (_first_ticket, first) = open(&confirmations, MINUTE);
+        // Expires at once; its run is dropped after the grace.
+        let (second_ticket, second) = open(&confirmations, Duration::ZERO);
+        let (_third_ticket, third) = open(&confirmations, MINUTE);
+        let (first_run, first_dropped) = run();
+        let (second_run, second_dropped) = run();
+        let (third_run, third_dropped) = run();
 
-        assert!(parking.park(&first, run().0, &confirmations).is_ok());
+        assert!(parking.park(&first, first_run, &confirmations).is_ok());
+        assert!(parking.park(&second, second_run, &confirmations).is_ok());
         assert!(matches!(
-            parking.park(&second, run().0, &confirmations),
+            parking.park(&third, third_run, &confirmations),
             Err(NotParked::Full)
         ));
+        assert!(third_dropped.load(Ordering::SeqCst), "refused, so aborted");
+
         let (approved, taken) = parking
             .answer(first.id.as_str(), || {
                 confirmations.approve(first.id.as_str())
             })
             .expect("answered");
         assert_eq!(approved.id, first.id);
-        assert!(taken.is_some());
-        // Answered already: nothing to take, and the answer is refused.
+        let taken = taken.expect("the parked run");
+        // Answered already: refused, nothing to take.
         assert!(
             parking
                 .answer(first.id.as_str(), || confirmations
                     .approve(first.id.as_str()))
                 .is_err()
         );
+
+        // The second expired unanswered (its run's own timer withdraws it):
+        // past the grace, its run is dropped; the taken one's timer was
+        // stopped with the answer.
+        drop(second_ticket);
+        tokio::time::sleep(EXPIRY_GRACE + Duration::from_millis(200)).await;
+        assert!(second_dropped.load(Ordering::SeqCst));
+        assert!(parking.lock().is_empty());
+        assert!(!first_dropped.load(Ordering::SeqCst));
+        drop(taken);
     }
 }

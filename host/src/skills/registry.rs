@@ -92,6 +92,7 @@ pub enum FailureKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadFailure {
     /// The file.
+    #[serde(serialize_with = "lossy_path")]
     pub path: PathBuf,
     /// Which check refused the content.
     pub kind: FailureKind,
@@ -480,10 +481,17 @@ pub enum ReloadOutcome {
     },
 }
 
+/// A path as text, bytes that are not UTF-8 replaced: serde refuses such a
+/// `PathBuf`, and a file name is whatever the directory holds.
+fn lossy_path<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&path.to_string_lossy())
+}
+
 /// One change to the registry, for subscribers of [`SkillRegistry::subscribe`].
 #[derive(Debug, Clone, Serialize)]
 pub struct ReloadEvent {
     /// The file that changed.
+    #[serde(serialize_with = "lossy_path")]
     pub path: PathBuf,
     /// The version serving from this file before the change.
     pub old: Option<SkillVersion>,

@@ -129,6 +129,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             max_parked_runs: server
                 .max_parked_runs
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
+            allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
         },
     );
     let listen = match args.listen.or(server.listen) {
