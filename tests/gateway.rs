@@ -759,6 +759,11 @@ async fn malformed_requests_get_openai_style_4xx_bodies() {
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     error_of(&body, "unsupported_media_type");
 
+    // A path segment that is not UTF-8 once decoded.
+    let (status, body) = send(served.http.get(served.url("/v1/skills/%FF"))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    error_of(&body, "invalid_path");
+
     let (status, body) = send(
         served
             .http

@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::errors::{ApiError, ApiJson, ErrorType};
+use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status};
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
@@ -89,7 +89,7 @@ enum Decision {
 /// `{"id", "decision", "confirmation"}`.
 pub async fn answer_confirmation(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     mount: Mount,
     ApiJson(answer): ApiJson<Answer>,
 ) -> Result<Response, ApiError> {

@@ -9,7 +9,8 @@
 //! configured, the LLM failing, a timeout, a bug).
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequest, OriginalUri, Request};
+use axum::extract::{FromRequest, FromRequestParts, OriginalUri, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
@@ -210,6 +211,22 @@ fn field_of(message: &str) -> Option<&str> {
         .strip_prefix("field `")?
         .split_once("`:")
         .map(|(field, _)| field)
+}
+
+/// A path parameter; one that cannot be read (not UTF-8 once
+/// percent-decoded) is an OpenAI-style 400, not axum's plain-text one.
+#[derive(Debug)]
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Path(value)| Self(value))
+            .map_err(|rejection| ApiError::bad_request("invalid_path", rejection.body_text()))
+    }
 }
 
 /// A JSON body, checked the gateway's way: `Content-Type: application/json`

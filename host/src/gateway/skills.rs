@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::chat::answer_path;
-use super::errors::{ApiError, ApiJson, ErrorType};
+use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount};
@@ -38,7 +38,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// One skill.
 pub async fn get(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     let snapshot = state.host.snapshot();
     let skill = snapshot
@@ -56,7 +56,7 @@ pub async fn get(
 /// failed.
 pub async fn invoke(
     State(state): State<Arc<AppState>>,
-    Path(name): Path<String>,
+    ApiPath(name): ApiPath<String>,
     mount: Mount,
     ApiJson(input): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
