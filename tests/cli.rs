@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
+use std::time::Duration;
 use tempfile::TempDir;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
@@ -772,20 +773,17 @@ async fn started_elsewhere_it_names_the_setting_and_directory_to_fix() {
     assert!(!work.path("shop.db").exists() && !work.path("skillhost-demo.db").exists());
 }
 
-#[tokio::test]
-async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletions() {
+/// Starts `command` (a `skillhost serve` on port 0); returns it, the base
+/// URL it announces, and the rest of its stderr.
+async fn serving(
+    mut command: Command,
+) -> (
+    tokio::process::Child,
+    String,
+    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+) {
     use tokio::io::AsyncBufReadExt;
-
-    // `--skills skills`, as the README's main command has it by default.
-    let work = Workdir::new();
-    let skills = work.path("skills");
-    std::fs::create_dir(&skills).unwrap();
-    for name in ["processRefund", "inquireOrderStatus"] {
-        std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
-    }
-    std::fs::copy(fixture("versioned-1"), skills.join("versioned.wasm")).unwrap();
-    let mut serve = work
-        .host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills"))
+    let mut serve = command
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -801,6 +799,75 @@ async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletio
             break rest.split_whitespace().next().unwrap().to_owned();
         }
     };
+    (serve, base, stderr)
+}
+
+/// Sends SIGTERM to `child`.
+async fn terminate(child: &tokio::process::Child) {
+    let pid = child.id().expect("still running").to_string();
+    let status = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
+    let work = Workdir::new();
+    // Nothing in flight: a clean exit.
+    let (serve, _, _stderr) =
+        serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled())).await;
+    terminate(&serve).await;
+    let status = serve.wait_with_output().await.unwrap().status;
+    assert_eq!(status.code(), Some(0));
+
+    // A chat whose model takes longer than the grace.
+    let llm = ScriptedLlm::start(vec![Step::text("late").delay(Duration::from_secs(30))]).await;
+    let mut command = work.host_command(
+        &["serve", "--listen", "127.0.0.1:0", "--shutdown-grace", "1"],
+        &bundled(),
+    );
+    with_llm(&mut command, &llm);
+    let (mut serve, base, mut stderr) = serving(command).await;
+    let chat = tokio::spawn(
+        reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
+            .send(),
+    );
+    while llm.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    terminate(&serve).await;
+    let status = tokio::time::timeout(Duration::from_secs(20), serve.wait())
+        .await
+        .expect("exits after the grace")
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let mut said = String::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        said.push_str(&line);
+        said.push('\n');
+    }
+    assert!(said.contains("did not finish within 1s"), "{said}");
+    chat.abort();
+}
+
+#[tokio::test]
+async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletions() {
+    // `--skills skills`, as the README's main command has it by default.
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    for name in ["processRefund", "inquireOrderStatus"] {
+        std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
+    }
+    std::fs::copy(fixture("versioned-1"), skills.join("versioned.wasm")).unwrap();
+    let (mut serve, base, _stderr) =
+        serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills")))
+            .await;
     let get = |path: &str| {
         let url = format!("{base}{path}");
         async move {
@@ -818,7 +885,7 @@ async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletio
             if ready(&body) {
                 return body;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         panic!("{path} never got ready: {:#}", get(path).await);
     };

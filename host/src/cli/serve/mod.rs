@@ -146,26 +146,40 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
              skills and approve writes (set SKILLHOST_API_KEYS)"
         );
     }
+    // Listened for before anyone is told the gateway serves, so that a
+    // signal from then on shuts it down gracefully.
+    let signals = count_signals().context("listening for SIGINT and SIGTERM")?;
     eprintln!("skillhost serving on http://{address} (OpenAI base URL http://{address}/v1)");
 
-    let (stopping, mut stop) = watch::channel(false);
+    let mut first = signals.clone();
     let served = gateway.serve(listener, async move {
-        shutdown_signal().await;
+        let _ = first.wait_for(|&signals| signals >= 1).await;
         eprintln!("shutting down: letting in-flight requests finish");
-        stopping.send_replace(true);
     });
     let grace = args
         .shutdown_grace
         .or(server.shutdown_grace_secs)
         .map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_secs);
+    // Past the grace, or at a second signal, the requests still running
+    // are cut: the exit status says so.
+    let mut later = signals;
+    let cut_short = async move {
+        let _ = later.wait_for(|&signals| signals >= 1).await;
+        tokio::select! {
+            () = tokio::time::sleep(grace) => format!("in-flight requests did not finish within {grace:?}"),
+            _ = later.wait_for(|&signals| signals >= 2) => "a second signal came".to_owned(),
+        }
+    };
     tokio::select! {
-        served = served => served.context("serving")?,
-        _ = async {
-            let _ = stop.wait_for(|stopping| *stopping).await;
-            tokio::time::sleep(grace).await;
-        } => eprintln!("in-flight requests did not finish within {grace:?}; exiting"),
+        served = served => {
+            served.context("serving")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        why = cut_short => {
+            eprintln!("{why}; exiting with requests unfinished");
+            Ok(ExitCode::FAILURE)
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// What loaded, what did not, and whether chat is available.
@@ -194,32 +208,23 @@ fn report_host(host: &SkillHost, hot_reload: bool) {
     }
 }
 
-/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "cannot listen for Ctrl-C");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Counts SIGINTs (Ctrl-C) and SIGTERMs from now on: the first shuts the
+/// gateway down gracefully, a second cuts the grace short.
+fn count_signals() -> std::io::Result<watch::Receiver<u32>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let (count, counted) = watch::channel(0);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
             }
-            Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+            count.send_modify(|signals| *signals += 1);
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = interrupt => {}
-        () = terminate => {}
-    }
+    });
+    Ok(counted)
 }
 
 /// `--listen`: a socket address, with an example when it is not one (a
