@@ -174,15 +174,34 @@ impl From<InvokeRun> for Parked {
     }
 }
 
-impl Parked {
-    /// The run, taken by a person's answer: it goes on to its end even if
-    /// the answering request goes away.
-    pub fn answered(mut self) -> Self {
-        match &mut self {
-            Self::Chat(chat) => chat.run.outlive_its_request(),
-            Self::Invoke(invoke) => invoke.run.outlive_its_request(),
-        }
+/// A run that a person's answer can resume.
+pub trait Resumable: Into<Parked> {
+    /// The run, resumed by an answer: it goes on to its end even if the
+    /// request driving it goes away.
+    fn answered(self) -> Self;
+}
+
+impl Resumable for ChatRun {
+    fn answered(mut self) -> Self {
+        self.run.outlive_its_request();
         self
+    }
+}
+
+impl Resumable for InvokeRun {
+    fn answered(mut self) -> Self {
+        self.run.outlive_its_request();
+        self
+    }
+}
+
+impl Parked {
+    /// See [`Resumable::answered`].
+    pub fn answered(self) -> Self {
+        match self {
+            Self::Chat(chat) => Self::Chat(chat.answered()),
+            Self::Invoke(invoke) => Self::Invoke(invoke.answered()),
+        }
     }
 }
 
@@ -309,17 +328,18 @@ async fn drop_when_expired<R: Send + 'static>(
 /// Parks `run` on `pending` in the gateway's parking. `Ok(Some(run))` when
 /// the confirmation was answered before the run could be parked (an
 /// approver watching `/v1/events` can be that quick): the caller drives the
-/// run on, as the answer's request would have. A 503 when the parking is
+/// run on, as the answer's request would have, and the run, answered, goes
+/// on to its end even if the caller's request goes away. A 503 when the parking is
 /// full: the refused run, dropped, is aborted and withdraws its
 /// confirmation, so nothing is written.
-pub fn park<Q: Into<Parked>>(
+pub fn park<Q: Resumable>(
     state: &AppState,
     pending: &PendingConfirmation,
     run: Q,
 ) -> Result<Option<Q>, ApiError> {
     match state.parking.park(pending, run, state.host.confirmations()) {
         Ok(()) => Ok(None),
-        Err(NotParked::Answered(run)) => Ok(Some(run)),
+        Err(NotParked::Answered(run)) => Ok(Some(run.answered())),
         Err(NotParked::Full) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             ErrorType::ServiceUnavailableError,
