@@ -960,15 +960,8 @@ async fn server_errors_tell_sdks_not_to_retry_and_a_refused_conversation_is_a_40
     )])
     .await;
     let served = Served::with_llm(&llm).await;
-    let response = served
-        .http
-        .post(served.url("/v1/chat/completions"))
-        .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let (_, body) = read(response).await;
+    let (status, body) = served.chat("hi").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     let message = error_of(&body, "llm_refused_conversation")["message"].clone();
     assert!(
         message.as_str().unwrap().contains("context length"),
