@@ -261,6 +261,39 @@ mod tests {
         assert!(db.refunds_for("12345").unwrap().is_empty());
     }
 
+    /// The test runs on one thread: had the call waited for the lock on it,
+    /// this test could not go on to release the lock, and the call would
+    /// fail with "database is locked" after SQLite's busy timeout.
+    #[tokio::test]
+    async fn a_file_database_call_waiting_for_another_writer_holds_up_no_other_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shop.sqlite");
+        let db = Arc::new(DemoDb::open(&path).unwrap().with_clock(fixed_clock()));
+        let mut registry = ToolRegistry::new();
+        register_all(&mut registry, db.clone()).unwrap();
+        let other_process = rusqlite::Connection::open(&path).unwrap();
+        other_process.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+        let refund = tokio::spawn(async move {
+            registry
+                .call(
+                    "applyRefund",
+                    json!({"orderId": "88231", "reason": "broken"}),
+                )
+                .await
+        });
+        tokio::task::yield_now().await;
+        assert!(!refund.is_finished(), "the call waits for the write lock");
+        other_process.execute_batch("COMMIT").unwrap();
+
+        let answer = refund
+            .await
+            .unwrap()
+            .expect("refunded once the lock is free");
+        assert_eq!(answer["refundId"], "RF20260629001");
+        assert_eq!(db.refunds_for("88231").unwrap().len(), 1);
+    }
+
     #[tokio::test]
     async fn writes_persist_across_reopening_a_file_database() {
         let dir = tempfile::tempdir().unwrap();

@@ -26,6 +26,7 @@ const SCHEMA_VERSION: i64 = 1;
 pub struct DemoDb {
     conn: Mutex<Connection>,
     clock: DemoClock,
+    in_file: bool,
 }
 
 /// Why the demo database could not be opened or read.
@@ -96,12 +97,22 @@ impl DemoDb {
             path: path.to_owned(),
             cause,
         })?;
-        Self::init(conn, path)
+        Ok(Self {
+            in_file: true,
+            ..Self::init(conn, path)?
+        })
     }
 
     /// A fresh, seeded database in memory; nothing persists.
     pub fn in_memory() -> Result<Self, DemoDbError> {
         Self::init(Connection::open_in_memory()?, Path::new(":memory:"))
+    }
+
+    /// Whether the database is a file, where an operation can block: it
+    /// syncs the file at each commit and waits up to SQLite's busy timeout
+    /// (rusqlite's 5 s) while another process holds the write lock.
+    pub(super) fn in_file(&self) -> bool {
+        self.in_file
     }
 
     /// Replaces the clock (the system clock by default), e.g. with a fixed
@@ -161,6 +172,7 @@ impl DemoDb {
         Ok(Self {
             conn: Mutex::new(conn),
             clock: DemoClock::default(),
+            in_file: false,
         })
     }
 

@@ -641,6 +641,15 @@ pub(super) struct DemoTool {
     db: Arc<DemoDb>,
 }
 
+/// Typed arguments of the tool named `tool`. The registry has validated them
+/// against the schema, so a failure here means schema and type disagree.
+fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolError> {
+    serde_json::from_value(arguments).map_err(|error| ToolError::InvalidArguments {
+        tool: tool.to_owned(),
+        message: error.to_string(),
+    })
+}
+
 impl DemoTool {
     pub(super) fn new(operation: Operation, dialect: Dialect, db: Arc<DemoDb>) -> Self {
         Self {
@@ -651,76 +660,72 @@ impl DemoTool {
         }
     }
 
-    /// Typed arguments. The registry has validated them against the schema,
-    /// so a failure here means schema and type disagree.
-    fn parse<T: DeserializeOwned>(&self, arguments: Value) -> Result<T, ToolError> {
-        serde_json::from_value(arguments).map_err(|error| ToolError::InvalidArguments {
-            tool: self.spec.name.clone(),
-            message: error.to_string(),
-        })
-    }
-
-    /// Runs the operation on snake_case arguments; answers in snake_case.
-    fn run(&self, arguments: Value) -> Result<Value, ToolError> {
-        let db = &*self.db;
-        let answer = match self.operation {
-            Operation::QueryOrder => match self.parse::<OrderArgs>(arguments)?.order_id {
+    /// Runs `operation` as the tool named `tool` on snake_case arguments;
+    /// answers in snake_case.
+    fn run(
+        operation: Operation,
+        tool: &str,
+        db: &DemoDb,
+        arguments: Value,
+    ) -> Result<Value, ToolError> {
+        let answer = match operation {
+            Operation::QueryOrder => match parse::<OrderArgs>(tool, arguments)?.order_id {
                 Some(order_id) => db.query_order(&order_id),
                 None => db.list_orders(),
             },
             Operation::QueryLogistics => {
-                db.query_logistics(&self.parse::<TrackingArgs>(arguments)?.tracking_no)
+                db.query_logistics(&parse::<TrackingArgs>(tool, arguments)?.tracking_no)
             }
             Operation::ApplyRefund => {
-                let args: RefundArgs = self.parse(arguments)?;
+                let args: RefundArgs = parse(tool, arguments)?;
                 db.apply_refund(&args.order_id, &args.reason)
             }
             Operation::SearchKnowledge => {
-                db.search_knowledge(&self.parse::<QueryArgs>(arguments)?.query)
+                db.search_knowledge(&parse::<QueryArgs>(tool, arguments)?.query)
             }
             Operation::GetCurrentTime => Ok(db.current_time()),
             Operation::CancelOrder => {
-                let args: ReasonArgs = self.parse(arguments)?;
+                let args: ReasonArgs = parse(tool, arguments)?;
                 db.cancel_order(&args.order_id, args.reason.as_deref())
             }
             Operation::ChangeAddress => {
-                let args: AddressArgs = self.parse(arguments)?;
+                let args: AddressArgs = parse(tool, arguments)?;
                 db.change_address(&args.order_id, &args.address)
             }
             Operation::ApplyAfterSale => {
-                let args: AfterSaleArgs = self.parse(arguments)?;
+                let args: AfterSaleArgs = parse(tool, arguments)?;
                 db.apply_after_sale(&args.order_id, args.kind, &args.reason)
             }
             Operation::QueryAfterSale => {
-                let args: AfterSaleLookupArgs = self.parse(arguments)?;
+                let args: AfterSaleLookupArgs = parse(tool, arguments)?;
                 db.query_after_sale(args.order_id.as_deref(), args.ticket_id.as_deref())
             }
             Operation::SearchProduct => {
-                let args: ProductLookupArgs = self.parse(arguments)?;
+                let args: ProductLookupArgs = parse(tool, arguments)?;
                 db.search_product(args.product_id.as_deref(), args.keyword.as_deref())
             }
             Operation::QueryCart => db.query_cart(),
             Operation::UpdateCartItem => {
-                let args: CartItemArgs = self.parse(arguments)?;
+                let args: CartItemArgs = parse(tool, arguments)?;
                 db.update_cart_item(&args.product_id, args.quantity)
             }
             Operation::CreateOrder => db.create_order(
-                self.parse::<CreateOrderArgs>(arguments)?
+                parse::<CreateOrderArgs>(tool, arguments)?
                     .coupon_id
                     .as_deref(),
             ),
             Operation::PayOrder => {
-                let args: PayArgs = self.parse(arguments)?;
+                let args: PayArgs = parse(tool, arguments)?;
                 db.pay_order(&args.order_id, args.method)
             }
             Operation::QueryCoupons => db.query_coupons(),
             Operation::QueryMember => db.query_member(),
             Operation::SubmitTicket => {
-                let args: TicketArgs = self.parse(arguments)?;
+                let args: TicketArgs = parse(tool, arguments)?;
                 db.submit_ticket(&args.subject, &args.description, args.order_id.as_deref())
             }
             Operation::DiagnoseDevice => {
-                let args: DiagnoseArgs = self.parse(arguments)?;
+                let args: DiagnoseArgs = parse(tool, arguments)?;
                 db.diagnose_device(&args.device, &args.symptom)
             }
             Operation::ListDevices => db.list_devices(),
@@ -736,7 +741,20 @@ impl Tool for DemoTool {
     }
 
     async fn invoke(&self, arguments: Value) -> Result<Value, ToolError> {
-        let answer = self.run(self.dialect.input(arguments))?;
+        let arguments = self.dialect.input(arguments);
+        let answer = if self.db.in_file() {
+            // Syncing the file or waiting for another process's write lock
+            // must not hold up the async worker's other tasks.
+            let (operation, tool, db) = (self.operation, self.spec.name.clone(), self.db.clone());
+            tokio::task::spawn_blocking(move || Self::run(operation, &tool, &db, arguments))
+                .await
+                .map_err(|error| match error.try_into_panic() {
+                    Ok(panic) => std::panic::resume_unwind(panic),
+                    Err(_) => ToolError::Failed("the host is shutting down".to_owned()),
+                })??
+        } else {
+            Self::run(self.operation, &self.spec.name, &self.db, arguments)?
+        };
         Ok(self.dialect.output(answer))
     }
 }
