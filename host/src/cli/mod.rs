@@ -299,9 +299,11 @@ pub fn describe(error: &anyhow::Error) -> String {
 }
 
 /// Logs to stderr at the level `-v` or `SKILLHOST_LOG` asks for, in the
-/// format `--log-format`, `SKILLHOST_LOG_FORMAT` or (for `serve`) the config
-/// file asks for. A span (skill invocation, tool call, agent round, LLM
-/// call) is written when it closes, with every field it recorded.
+/// format `--log-format`, `SKILLHOST_LOG_FORMAT` or (for every command that
+/// runs a host: `run`, `skills`, `test`, `ask`, `chat`, `serve`) the
+/// `--config` file's `[server] log_format` asks for. A span (skill
+/// invocation, tool call, agent round, LLM call) is written when it closes,
+/// with every field it recorded.
 pub fn init_tracing(cli: &Cli) {
     let default = match cli.verbose {
         0 => "warn",
@@ -389,6 +391,23 @@ mod tests {
         assert_eq!(log_format(&flag), LogFormat::Text);
         let elsewhere = parse(&["skillhost", "skills"]);
         assert_eq!(log_format(&elsewhere), LogFormat::Text);
+    }
+
+    #[test]
+    fn the_demo_key_is_recognised_among_the_trusted_ones() {
+        use skillhost::skills::signature::{SigningKey, TrustStore, TrustedKey};
+        let own = SigningKey::generate().public_key().clone();
+        let own_key = TrustedKey::new(own, "own.pub");
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let demo = TrustStore::load(&[repo.join("keys/trusted")]).unwrap();
+        let with_demo =
+            TrustStore::new([own_key.clone()].into_iter().chain(demo.keys().to_vec())).unwrap();
+        assert_eq!(
+            super::sign::trusted_demo_key(&with_demo),
+            Some(demo.keys()[0].fingerprint())
+        );
+        let own_only = TrustStore::new([own_key]).unwrap();
+        assert_eq!(super::sign::trusted_demo_key(&own_only), None);
     }
 
     #[test]

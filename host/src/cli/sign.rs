@@ -9,12 +9,28 @@ use anyhow::Context;
 use serde_json::json;
 
 use skillhost::skills::MAX_SKILL_FILE_BYTES;
-use skillhost::skills::signature::{Fingerprint, KeyError, SignatureError, SigningKey, TrustStore};
+use skillhost::skills::signature::{
+    Fingerprint, KeyError, PublicKey, SignatureError, SigningKey, TrustStore,
+};
 
 /// The trust store of the default (demo) configuration: only the keys in
 /// `keys/trusted/`, relative to the working directory (the repository root
 /// in the demo), which holds the demo key that signs the bundled skills.
 pub const DEFAULT_TRUST: &str = "keys/trusted";
+
+/// The demo key's public half, `keys/trusted/demo.pub`. Its secret half is
+/// committed next to it, so a host that trusts it trusts anyone.
+const DEMO_PUBLIC_KEY: &[u8] = include_bytes!("../../../keys/trusted/demo.pub");
+
+/// The demo key's fingerprint when `store` trusts it.
+pub(super) fn trusted_demo_key(store: &TrustStore) -> Option<Fingerprint> {
+    let demo = PublicKey::parse(DEMO_PUBLIC_KEY).expect("the bundled demo key parses");
+    store
+        .keys()
+        .iter()
+        .find(|trusted| *trusted.key() == demo)
+        .map(|trusted| trusted.fingerprint())
+}
 
 /// `skillhost keygen`.
 #[derive(Debug, clap::Args)]
@@ -63,7 +79,10 @@ pub struct VerifyArgs {
     /// Verify against this detached signature instead of the embedded one.
     #[arg(long, value_name = "SIG")]
     detached: Option<PathBuf>,
-    /// Print the result as JSON.
+    /// Print the result as JSON: file, valid, signer (the first trusted
+    /// key that signed it, or the key whose signature no longer matches),
+    /// signers, error and reason (why it is not valid), key_ids (who signed
+    /// it, when no trusted key did); null where it does not apply.
     #[arg(long)]
     json: bool,
 }
@@ -129,12 +148,9 @@ pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
     let wasm = read(&args.input)?;
     let fingerprint = key.public_key().fingerprint();
     let (signed_file, done) = if let Some(signature_path) = &args.detached {
-        let existing = match fs::read(signature_path) {
-            Ok(bytes) => Some(bytes),
+        let existing = match fs::metadata(signature_path) {
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-            Err(error) => {
-                return Err(error).with_context(|| format!("reading {}", signature_path.display()));
-            }
+            _ => Some(read(signature_path)?),
         };
         let signature = key
             .sign_detached(&wasm, existing.as_deref())
@@ -178,45 +194,41 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         Some(signature_path) => store.verify_detached(&wasm, &read(signature_path)?),
         None => store.verify(&wasm),
     };
-    let file = args.file.display();
-    match (&result, args.json) {
-        (Ok(verified), true) => println!(
+    if args.json {
+        let (signer, signers, error, key_ids) = match &result {
+            Ok(verified) => (Some(verified.signer), Some(&verified.signers), None, None),
+            Err(error) => match error {
+                SignatureError::Tampered { signer, .. } => (Some(*signer), None, Some(error), None),
+                SignatureError::UnknownKey { key_ids } => (None, None, Some(error), Some(key_ids)),
+                _ => (None, None, Some(error), None),
+            },
+        };
+        println!(
             "{}",
             json!({
                 "file": args.file,
-                "valid": true,
-                "signer": verified.signer,
-                "signers": verified.signers,
+                "valid": result.is_ok(),
+                "signer": signer,
+                "signers": signers,
+                "error": error.map(SignatureError::kind),
+                "reason": error.map(ToString::to_string),
+                "key_ids": key_ids,
             })
-        ),
-        (Ok(verified), false) => {
-            println!("valid: {file}");
-            for signer in &verified.signers {
-                println!(
-                    "  signed by trusted key {signer} ({})",
-                    source_of(&store, *signer)
-                );
+        );
+    } else {
+        let file = args.file.display();
+        match &result {
+            Ok(verified) => {
+                println!("valid: {file}");
+                for signer in &verified.signers {
+                    println!(
+                        "  signed by trusted key {signer} ({})",
+                        source_of(&store, *signer)
+                    );
+                }
             }
+            Err(error) => println!("invalid: {file}: {error}"),
         }
-        (Err(error), true) => {
-            let (signer, key_ids) = match error {
-                SignatureError::Tampered { signer, .. } => (Some(*signer), None),
-                SignatureError::UnknownKey { key_ids } => (None, Some(key_ids)),
-                _ => (None, None),
-            };
-            println!(
-                "{}",
-                json!({
-                    "file": args.file,
-                    "valid": false,
-                    "error": error.kind(),
-                    "reason": error.to_string(),
-                    "signer": signer,
-                    "key_ids": key_ids,
-                })
-            );
-        }
-        (Err(error), false) => println!("invalid: {file}: {error}"),
     }
     Ok(if result.is_ok() {
         ExitCode::SUCCESS

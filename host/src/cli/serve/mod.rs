@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
+use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::DemoDb;
 
 use super::{HostArgs, progress};
@@ -95,6 +96,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let skills_dir = args.host.skills_dir()?;
     let policy = args.host.signature_policy()?;
+    report_trust(&policy);
     let runtime = args.host.runtime_config(&file)?;
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(skills_dir, policy)
@@ -205,6 +207,28 @@ fn report_host(host: &SkillHost, hot_reload: bool) {
     match host.llm() {
         Ok(llm) => eprintln!("LLM: {} at {}", llm.config().model, llm.config().base_url),
         Err(why) => eprintln!("no LLM: chat completions answer 503 ({why})"),
+    }
+}
+
+/// Says which keys skills must be signed with, and warns when one is the
+/// demo key (`--allow-unsigned` has warned already).
+fn report_trust(policy: &SignaturePolicy) {
+    let SignaturePolicy::Require(store) = policy else {
+        return;
+    };
+    for trusted in store.keys() {
+        eprintln!(
+            "trusting key {} ({})",
+            trusted.fingerprint(),
+            trusted.source().display()
+        );
+    }
+    if let Some(demo) = super::sign::trusted_demo_key(store) {
+        eprintln!(
+            "WARNING: key {demo} is the demo key, whose secret half is published with skillhost: \
+             anyone can sign skills this host loads; outside a demo, trust only your own keys \
+             (--trust, skillhost keygen)"
+        );
     }
 }
 

@@ -10,6 +10,8 @@
 
 use std::fmt;
 use std::fs;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// A short, stable identifier of an Ed25519 public key: wasmsign2's key id
@@ -79,9 +81,21 @@ pub enum KeyError {
         /// What is wrong with its content.
         error: InvalidKey,
     },
-    /// A trust-store directory holds something that is not a key file.
-    #[error("{}: not a regular file; a trust directory holds only public key files", path.display())]
+    /// A key was to be read from something that is not a regular file (a
+    /// directory, a device, a FIFO).
+    #[error("{}: not a regular file; keys are read from regular files", path.display())]
     NotAKeyFile {
+        /// The offending entry.
+        path: PathBuf,
+    },
+    /// A trust-store directory holds a file not named as a public key.
+    #[error(
+        "{}: a trust directory holds public keys named *.{} and nothing else (to stop \
+         trusting a key, delete its file: renamed, it would still be a key)",
+        path.display(),
+        PUBLIC_KEY_EXTENSIONS.join(", *.")
+    )]
+    NotAKeyName {
         /// The offending entry.
         path: PathBuf,
     },
@@ -103,15 +117,48 @@ pub enum KeyError {
     },
 }
 
-/// Reads the key file at `path` and parses it with `parse`; errors name the file.
+/// The names of public key files in a trust directory: `*.pub` (raw,
+/// OpenSSH), `*.pem`, `*.der`.
+const PUBLIC_KEY_EXTENSIONS: [&str; 3] = ["pub", "pem", "der"];
+/// The largest key file read; the largest format (PEM, OpenSSH) takes a few
+/// hundred bytes.
+const MAX_KEY_FILE_BYTES: u64 = 64 << 10;
+
+/// Reads the key file at `path` and parses it with `parse`; errors name the
+/// file. Only a regular file of at most [`MAX_KEY_FILE_BYTES`] is read.
 fn load_key_file<K>(
     path: &Path,
     parse: impl FnOnce(&[u8]) -> Result<K, InvalidKey>,
 ) -> Result<K, KeyError> {
-    let data = fs::read(path).map_err(|error| KeyError::Io {
+    let io_error = |error| KeyError::Io {
         path: path.to_owned(),
         error,
-    })?;
+    };
+    // Opened without waiting for a FIFO's writer, so that one is refused
+    // below rather than hanging the read.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io_error)?;
+    if !file.metadata().map_err(io_error)?.is_file() {
+        return Err(KeyError::NotAKeyFile {
+            path: path.to_owned(),
+        });
+    }
+    let mut data = Vec::new();
+    file.take(MAX_KEY_FILE_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(io_error)?;
+    if data.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(KeyError::Invalid {
+            path: path.to_owned(),
+            error: InvalidKey(format!(
+                "larger than {} KiB, far more than any key format takes",
+                MAX_KEY_FILE_BYTES >> 10
+            )),
+        });
+    }
     parse(&data).map_err(|error| KeyError::Invalid {
         path: path.to_owned(),
         error,
@@ -345,11 +392,12 @@ impl TrustStore {
     /// directory of public key files.
     ///
     /// In a directory, every entry whose name does not start with `.` must be
-    /// a regular file holding exactly one public key; anything else (a
-    /// subdirectory, a secret key, a README) is an error, not skipped, so a
-    /// misplaced file is noticed. Hidden entries (`.gitkeep`, editor swap
-    /// files) are skipped. Entries are read in name order. Fails with
-    /// [`KeyError::NoTrustedKeys`] when no key is found at all.
+    /// a regular file named `*.pub`, `*.pem` or `*.der` holding exactly one
+    /// public key; anything else (a subdirectory, a secret key, a README, a
+    /// key renamed to `*.pub.disabled` to revoke it) is an error, not
+    /// skipped, so a misplaced file is noticed. Hidden entries (`.gitkeep`,
+    /// editor swap files) are skipped. Entries are read in name order. Fails
+    /// with [`KeyError::NoTrustedKeys`] when no key is found at all.
     pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<Self, KeyError> {
         let mut keys = Vec::new();
         for path in paths {
@@ -377,6 +425,14 @@ impl TrustStore {
                         .is_file();
                     if !is_file {
                         return Err(KeyError::NotAKeyFile { path: entry });
+                    }
+                    let named_as_key = entry.extension().is_some_and(|extension| {
+                        PUBLIC_KEY_EXTENSIONS
+                            .iter()
+                            .any(|known| extension == *known)
+                    });
+                    if !named_as_key {
+                        return Err(KeyError::NotAKeyName { path: entry });
                     }
                     keys.push(TrustedKey::new(PublicKey::load(&entry)?, entry));
                 }

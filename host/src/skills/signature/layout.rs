@@ -143,8 +143,13 @@ fn custom_section(
     Ok((name, offset + pos + name_len..offset + payload.len()))
 }
 
-/// Reads an unsigned LEB128 `u32` at `*pos`, advancing it. `what` names the
-/// field for the error message.
+/// The most signatures a section may hold. Verification checks each against
+/// every trusted key; a file signed by a few keys needs a few.
+pub(super) const MAX_SIGNATURES: u32 = 32;
+/// The longest key id a signature may name (wasmsign2's are 12 bytes). Key
+/// ids are shown in errors, which are kept and broadcast.
+const MAX_KEY_ID_BYTES: usize = 64;
+
 /// Checks every length-prefixed field of a signature section's data against
 /// the bytes that remain. wasmsign2's parser allocates a field's declared
 /// length before reading it: a few bytes of section could make it allocate
@@ -152,20 +157,34 @@ fn custom_section(
 /// and hash function, a byte each; a count of signed-hash sets, each a
 /// length-prefixed count of 32-byte hashes and a count of length-prefixed
 /// signatures, each a length-prefixed key id, an algorithm byte and a
-/// length-prefixed signature.
+/// length-prefixed signature. Also bounds what costs more than its bytes:
+/// the number of signatures ([`MAX_SIGNATURES`]) and the length of key ids.
 pub(super) fn check_signature_fields(data: &[u8]) -> Result<(), SignatureError> {
     let mut section = Fields {
         bytes: data,
         pos: 0,
     };
     section.skip(3, "its version, content type and hash function")?;
+    let mut signatures = 0u32;
     for _ in 0..section.count("its number of signed-hash sets")? {
         let mut set = section.nested("a signed-hash set")?;
         let hashes = set.count("a set's number of hashes")? as usize;
         set.skip(hashes.saturating_mul(32), "a set's hashes")?;
         for _ in 0..set.count("a set's number of signatures")? {
+            signatures += 1;
+            if signatures > MAX_SIGNATURES {
+                return Err(SignatureError::Malformed(format!(
+                    "the signature section holds more than {MAX_SIGNATURES} signatures"
+                )));
+            }
             let mut signature = set.nested("a signature")?;
-            signature.nested("a signature's key id")?;
+            let key_id = signature.nested("a signature's key id")?;
+            if key_id.bytes.len() > MAX_KEY_ID_BYTES {
+                return Err(SignatureError::Malformed(format!(
+                    "a signature's key id is {} bytes long, more than {MAX_KEY_ID_BYTES}",
+                    key_id.bytes.len()
+                )));
+            }
             signature.skip(1, "a signature's algorithm")?;
             signature.nested("a signature's bytes")?;
         }
@@ -212,6 +231,8 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Reads an unsigned LEB128 `u32` at `*pos`, advancing it. `what` names the
+/// field for the error message.
 fn read_u32(
     bytes: &[u8],
     pos: &mut usize,

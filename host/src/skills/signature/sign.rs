@@ -86,6 +86,7 @@ impl SigningKey {
         }
         if let Some(existing) = existing {
             // Parse first: wasmsign2 would attach anything.
+            layout::check_signature_fields(existing).map_err(SignError::BadDetached)?;
             SignatureData::deserialize(existing).map_err(|error| {
                 SignError::BadDetached(SignatureError::Malformed(error.to_string()))
             })?;
@@ -134,6 +135,7 @@ fn drop_stale_signatures(module: &mut Module) -> Result<(), SignError> {
     if !header.is_signature_header() {
         return Ok(());
     }
+    layout::check_signature_fields(header.payload()).map_err(SignError::Unreadable)?;
     let mut data = header.signature_data().map_err(|_| {
         SignError::Unreadable(SignatureError::Malformed(
             "its signature section cannot be parsed".into(),

@@ -582,14 +582,31 @@ fn trust_store_loads_directories_and_files() {
         store.verify(&key.sign(&component()).unwrap()).unwrap();
     }
 
-    // A stray file in the directory is an error naming it, not skipped.
+    // A stray file in the directory is an error naming it, not skipped; so
+    // is a key renamed to stop trusting it, and a non-key named as one.
     std::fs::write(trusted.join("README"), "keys").unwrap();
     let error = TrustStore::load(&[&trusted]).unwrap_err();
     assert!(
-        matches!(&error, KeyError::Invalid { path, .. } if path.ends_with("README")),
+        matches!(&error, KeyError::NotAKeyName { path } if path.ends_with("README")),
         "{error}"
     );
     std::fs::remove_file(trusted.join("README")).unwrap();
+    std::fs::rename(trusted.join("a.pub"), trusted.join("a.pub.disabled")).unwrap();
+    let error = TrustStore::load(&[&trusted]).unwrap_err();
+    assert!(error.to_string().contains("delete its file"), "{error}");
+    std::fs::rename(trusted.join("a.pub.disabled"), trusted.join("a.pub")).unwrap();
+    std::fs::write(trusted.join("notes.pub"), "keys").unwrap();
+    let error = TrustStore::load(&[&trusted]).unwrap_err();
+    assert!(
+        matches!(&error, KeyError::Invalid { path, .. } if path.ends_with("notes.pub")),
+        "{error}"
+    );
+    std::fs::remove_file(trusted.join("notes.pub")).unwrap();
+    // Only regular files are read: a device would never end.
+    assert!(matches!(
+        TrustStore::load(&[Path::new("/dev/zero")]),
+        Err(KeyError::NotAKeyFile { .. })
+    ));
     std::fs::create_dir(trusted.join("old")).unwrap();
     assert!(matches!(
         TrustStore::load(&[&trusted]),
@@ -676,4 +693,65 @@ fn framing_errors_say_which() {
     // A well-framed file with an unknown version is malformed, not unsigned.
     let error = trust.verify(b"\0asm\x02\x00\x00\x00").unwrap_err();
     assert_eq!(error.kind(), "malformed", "{error}");
+}
+
+/// `signed` with its signature section's payload replaced by `data`.
+fn with_signature_data(signed: &[u8], data: &wasmsign2::SignatureData) -> Vec<u8> {
+    fn leb(mut value: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (value & 0x7f) as u8;
+            value >>= 7;
+            if value == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut payload = Vec::new();
+    leb(layout::SIGNATURE_SECTION.len(), &mut payload);
+    payload.extend_from_slice(layout::SIGNATURE_SECTION.as_bytes());
+    payload.extend_from_slice(&data.serialize().unwrap());
+    let mut out = signed[..layout::PREAMBLE_LEN].to_vec();
+    out.push(0x00);
+    leb(payload.len(), &mut out);
+    out.extend_from_slice(&payload);
+    out.extend_from_slice(&signed[signature_section(signed).end..]);
+    out
+}
+
+#[test]
+fn signatures_are_bounded_in_number_and_key_ids_in_length() {
+    let key = SigningKey::generate();
+    let trust = store(&[&key]);
+    let signed = key.sign(&component()).unwrap();
+    let payload = layout::scan(&signed).unwrap().signature.unwrap();
+    let data = wasmsign2::SignatureData::deserialize(&signed[payload]).unwrap();
+    let copies = |count: u32| {
+        let mut data = data.clone();
+        let set = &mut data.signed_hashes_set[0];
+        set.signatures = vec![set.signatures[0].clone(); count as usize];
+        data
+    };
+    let most = with_signature_data(&signed, &copies(layout::MAX_SIGNATURES));
+    trust.verify(&most).expect("as many signatures as allowed");
+    let error = trust
+        .verify(&with_signature_data(
+            &signed,
+            &copies(layout::MAX_SIGNATURES + 1),
+        ))
+        .unwrap_err();
+    assert_eq!(error.kind(), "malformed", "{error}");
+    assert!(
+        error.to_string().contains("more than 32 signatures"),
+        "{error}"
+    );
+
+    let mut long_id = data.clone();
+    long_id.signed_hashes_set[0].signatures[0].key_id = Some(vec![0xab; 65]);
+    let error = trust
+        .verify(&with_signature_data(&signed, &long_id))
+        .unwrap_err();
+    assert_eq!(error.kind(), "malformed", "{error}");
+    assert!(error.to_string().contains("65 bytes long"), "{error}");
 }

@@ -40,8 +40,9 @@ impl TrustStore {
     /// [`SignatureError::Malformed`].
     ///
     /// Cost: one SHA-256 pass over the file and one Ed25519 check per
-    /// signature and trusted key; for large components call it where
-    /// blocking is fine (e.g. with the compilation, off the async runtime).
+    /// signature (at most 32) and trusted key; for large components call it
+    /// where blocking is fine (e.g. with the compilation, off the async
+    /// runtime).
     pub fn verify(&self, bytes: &[u8]) -> Result<Verified, SignatureError> {
         let layout = layout::scan(bytes)?;
         let Some(signature) = layout.signature else {
