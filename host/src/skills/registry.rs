@@ -46,7 +46,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use futures::StreamExt as _;
 use serde::Serialize;
-use tokio::sync::{Mutex, MutexGuard, broadcast};
+use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use super::SkillName;
 use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
@@ -130,6 +130,21 @@ impl Contender {
 /// directory (a stray download, a core dump) is refused before it is read
 /// into memory.
 pub const MAX_SKILL_FILE_BYTES: u64 = 256 << 20;
+
+/// The most bytes of skill files being read, verified and compiled at once.
+/// Compiling takes memory in proportion to the file: without a bound, a
+/// directory of large files changed at once (or of sparse files made to
+/// look large) would be held and compiled all together. A file larger than
+/// this loads alone. Default: 128 MiB.
+const LOADING_BUDGET_BYTES: u64 = 128 << 20;
+/// The budget is counted in KiB: semaphore permits are `u32`s.
+const BUDGET_UNIT_BYTES: u64 = 1 << 10;
+
+/// The share of the loading budget a file of `size` bytes takes.
+fn budget_units(size: u64) -> u32 {
+    let units = size.min(LOADING_BUDGET_BYTES).div_ceil(BUDGET_UNIT_BYTES);
+    u32::try_from(units).expect("the budget fits u32 units")
+}
 
 /// A skill file's content as read.
 struct SkillFile {
@@ -535,9 +550,34 @@ struct Loader {
     runtime: Runtime,
     tools: Arc<ToolRegistry>,
     policy: Arc<SignaturePolicy>,
+    /// [`LOADING_BUDGET_BYTES`] in [`BUDGET_UNIT_BYTES`].
+    budget: Arc<Semaphore>,
 }
 
 impl Loader {
+    /// Reads the file at `path` once its share of the loading budget is
+    /// free. Hold the returned share until the file is loaded or refused.
+    async fn read(
+        &self,
+        path: &Path,
+    ) -> (Result<SkillFile, FileError>, Option<OwnedSemaphorePermit>) {
+        // The size as it is now: a file that grows before it is read takes
+        // more than its share, up to MAX_SKILL_FILE_BYTES. A missing file
+        // or one refused unread takes none.
+        let size = tokio::fs::metadata(path).await.map_or(0, |meta| meta.len());
+        let share = match budget_units(size) {
+            0 => None,
+            units => Some(
+                self.budget
+                    .clone()
+                    .acquire_many_owned(units)
+                    .await
+                    .expect("the loading budget is never closed"),
+            ),
+        };
+        (read_skill_file(path).await, share)
+    }
+
     async fn load(&self, path: &Path, file: SkillFile) -> Result<LoadedSkill, FileError> {
         // Verification reads only the bytes, so it happens before any of
         // them reach the compiler.
@@ -578,9 +618,8 @@ impl Loader {
     }
 
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
-        let file = read_skill_file(path)
-            .await
-            .map_err(|error| error.into_failure(path, None))?;
+        let (file, _share) = self.read(path).await;
+        let file = file.map_err(|error| error.into_failure(path, None))?;
         let digest = file.digest.clone();
         self.load(path, file)
             .await
@@ -661,6 +700,7 @@ impl SkillRegistry {
                 runtime,
                 tools,
                 policy: Arc::new(policy),
+                budget: Arc::new(Semaphore::new(budget_units(LOADING_BUDGET_BYTES) as usize)),
             },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
@@ -783,7 +823,8 @@ impl SkillRegistry {
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
         let lock = self.syncing.of(path);
         let _syncing = lock.acquire().await;
-        let file = match read_skill_file(path).await {
+        let (file, _share) = self.loader.read(path).await;
+        let file = match file {
             Ok(file) => file,
             Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
                 return self.unload(path).await;
@@ -1055,16 +1096,20 @@ mod tests {
         assert_eq!(locks.len(), 0);
     }
 
-    /// Regression: the table kept one lock per file ever synced.
-    #[tokio::test]
-    async fn syncs_leave_no_lock_behind() {
+    fn unsigned_registry() -> SkillRegistry {
         let runtime = Runtime::new(RuntimeConfig {
             max_concurrent_instances: 1,
             ..RuntimeConfig::default()
         })
         .unwrap();
         let tools = Arc::new(ToolRegistry::new());
-        let registry = SkillRegistry::new(runtime, tools, SignaturePolicy::AllowUnsigned);
+        SkillRegistry::new(runtime, tools, SignaturePolicy::AllowUnsigned)
+    }
+
+    /// Regression: the table kept one lock per file ever synced.
+    #[tokio::test]
+    async fn syncs_leave_no_lock_behind() {
+        let registry = unsigned_registry();
         let dir = tempfile::tempdir().unwrap();
         for version in 0..3 {
             let path = dir.path().join(format!("skill-{version}.wasm"));
@@ -1074,5 +1119,47 @@ mod tests {
             registry.sync_path(&path).await;
         }
         assert_eq!(registry.syncing.len(), 0);
+    }
+
+    #[test]
+    fn a_file_takes_its_size_of_the_loading_budget_and_a_larger_one_all_of_it() {
+        assert_eq!(budget_units(0), 0);
+        assert_eq!(budget_units(1), 1);
+        assert_eq!(budget_units(100 << 10), 100);
+        let whole = budget_units(LOADING_BUDGET_BYTES);
+        assert_eq!(budget_units(LOADING_BUDGET_BYTES + 1), whole);
+        assert_eq!(budget_units(MAX_SKILL_FILE_BYTES), whole);
+    }
+
+    #[tokio::test]
+    async fn a_file_is_read_only_once_its_share_of_the_loading_budget_is_free() {
+        let registry = unsigned_registry();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.wasm");
+        std::fs::write(&path, b"not a component").unwrap();
+        let whole = budget_units(LOADING_BUDGET_BYTES);
+        let loading = registry
+            .loader
+            .budget
+            .clone()
+            .acquire_many_owned(whole)
+            .await;
+        let mut read = Box::pin(registry.loader.read(&path));
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), &mut read);
+        assert!(waiting.await.is_err(), "waits for its share");
+        drop(loading);
+        let (file, share) = read.await;
+        assert_eq!(file.unwrap().bytes, b"not a component");
+        assert_eq!(share.unwrap().num_permits(), 1);
+        // A missing file waits for nothing.
+        let whole = registry
+            .loader
+            .budget
+            .clone()
+            .acquire_many_owned(whole)
+            .await;
+        let (missing, share) = registry.loader.read(&dir.path().join("gone.wasm")).await;
+        assert!(matches!(missing, Err(FileError::Read(_))) && share.is_none());
+        drop(whole);
     }
 }
