@@ -156,8 +156,8 @@ componentize_all() {
 sign_all() {
     local out=$1 dir file
     say "signing with the demo key (keys/demo-signing.key)"
-    cargo build --quiet --manifest-path "$repo/Cargo.toml" --bin skillhost
-    local skillhost=$repo/target/debug/skillhost
+    cargo build --quiet --locked --manifest-path "$repo/Cargo.toml" --bin skillhost
+    local skillhost=${CARGO_TARGET_DIR:-$repo/target}/debug/skillhost
     while read -r dir file; do
         "$skillhost" sign "$out/$file" --key "$repo/keys/demo-signing.key" >/dev/null
     done < <(list_plugins)

@@ -35,8 +35,9 @@ pub struct InspectArgs {
     file: PathBuf,
     #[command(flatten)]
     trust: TrustArgs,
-    /// A config file whose HTTP tools the skill may name (they are not
-    /// called), as `skillhost skills --config` would resolve it.
+    /// A config file whose [sandbox] limits apply and whose HTTP tools the
+    /// skill may name (they are not called), as `skillhost skills --config`
+    /// would resolve them.
     #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
     config: Option<PathBuf>,
     /// Print the report as one JSON object: file, size, digest, signature
@@ -137,8 +138,9 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         error: None,
     };
     // Not the file's problems: these fail the command before it reports.
-    let runtime = Runtime::new(RuntimeConfig::default()).context("starting the sandbox")?;
     let file = ConfigFile::load_or_default(args.config.as_deref())?;
+    let runtime = Runtime::new(file.runtime_config(RuntimeConfig::default())?)
+        .context("starting the sandbox")?;
     let tools = scratch_tools(&file, "inspect")?;
     if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
         report.error = Some(problem);

@@ -23,8 +23,8 @@ use skillhost::skills::{LoadFailure, SkillRegistry};
     AUTOMATICALLY during `skillhost test`.\n\nSkills with deterministic steps need no LLM. Skills that run on their \
     instructions use the configured model (SKILLHOST_MODEL, OPENAI_BASE_URL, OPENAI_API_KEY, \
     or [llm] in the --config file); without one their cases are reported as skipped. The \
-    --config file's [sandbox] limits apply; its HTTP tools are not registered, since writes are \
-    approved here.\n\nExits non-zero when a case fails or, when no skill is named, when a file \
+    --config file's [sandbox] limits apply; its HTTP tools are registered as stand-ins that are \
+    never called, since writes are approved here.\n\nExits non-zero when a case fails or, when no skill is named, when a file \
     in the skills directory fails to load."
 )]
 pub struct TestArgs {
