@@ -411,6 +411,27 @@ mod tests {
     }
 
     #[test]
+    fn trusted_keys_others_may_write_are_found() {
+        use skillhost::skills::signature::{SigningKey, TrustStore};
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let trusted = dir.path().join("trusted");
+        std::fs::create_dir(&trusted).unwrap();
+        let key = trusted.join("own.pub");
+        std::fs::write(&key, SigningKey::generate().public_key().to_bytes()).unwrap();
+        let mode = |path: &std::path::Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        mode(&trusted, 0o755);
+        mode(&key, 0o644);
+        let store = TrustStore::load(&[&trusted]).unwrap();
+        assert!(super::sign::writable_by_others(&store).is_empty());
+        mode(&trusted, 0o775);
+        mode(&key, 0o666);
+        assert_eq!(super::sign::writable_by_others(&store), [key, trusted]);
+    }
+
+    #[test]
     fn a_cause_the_message_already_quotes_is_said_once() {
         let io = || std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,27 @@ pub(super) fn trusted_demo_key(store: &TrustStore) -> Option<Fingerprint> {
         .map(|trusted| trusted.fingerprint())
 }
 
+/// The trusted keys' files and directories that their group or other users
+/// may write: whoever can write one can make the host trust their key.
+pub(super) fn writable_by_others(store: &TrustStore) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut writable = Vec::new();
+    for trusted in store.keys() {
+        let file = trusted.source();
+        let dir = match file.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        for path in [file, dir] {
+            let shared = fs::metadata(path).is_ok_and(|meta| meta.mode() & 0o022 != 0);
+            if shared && !writable.iter().any(|known| known == path) {
+                writable.push(path.to_owned());
+            }
+        }
+    }
+    writable
+}
+
 /// `skillhost keygen`.
 #[derive(Debug, clap::Args)]
 pub struct KeygenArgs {

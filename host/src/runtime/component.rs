@@ -72,6 +72,10 @@ impl SkillComponent {
     /// Hashes and compiles `bytes` (off the async executor), links the
     /// component against the host, reads its manifest and instructions in a
     /// sandboxed instance, and checks the manifest against `tools`.
+    ///
+    /// It checks no signature: verify `bytes` first
+    /// ([`SignaturePolicy::check`](crate::skills::signature::SignaturePolicy::check)),
+    /// as the skill registry does, unless they come from where you trust.
     pub async fn load(
         runtime: &Runtime,
         bytes: Vec<u8>,

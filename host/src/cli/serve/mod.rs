@@ -210,8 +210,8 @@ fn report_host(host: &SkillHost, hot_reload: bool) {
     }
 }
 
-/// Says which keys skills must be signed with, and warns when one is the
-/// demo key (`--allow-unsigned` has warned already).
+/// Says which keys skills must be signed with, and warns when others could
+/// add one, or one is the demo key (`--allow-unsigned` has warned already).
 fn report_trust(policy: &SignaturePolicy) {
     let SignaturePolicy::Require(store) = policy else {
         return;
@@ -221,6 +221,13 @@ fn report_trust(policy: &SignaturePolicy) {
             "trusting key {} ({})",
             trusted.fingerprint(),
             trusted.source().display()
+        );
+    }
+    for path in super::sign::writable_by_others(store) {
+        eprintln!(
+            "WARNING: {} may be written by its group or other users, who could add a key \
+             skills are trusted with (chmod go-w)",
+            path.display()
         );
     }
     if let Some(demo) = super::sign::trusted_demo_key(store) {
