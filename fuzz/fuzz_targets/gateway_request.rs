@@ -1,4 +1,6 @@
 //! [`skillhost_fuzz::targets::gateway_request`] under libFuzzer.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|input: &[u8]| skillhost_fuzz::targets::gateway_request::run(input));
+libfuzzer_sys::fuzz_target!(|input: &[u8]| {
+    skillhost_fuzz::targets::gateway_request::run(input);
+});

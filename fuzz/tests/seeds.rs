@@ -4,7 +4,7 @@
 //! and cargo-fuzz (README, "Fuzzing"). A target's assertion failing here is
 //! the bug a campaign would report.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use arbitrary::{Arbitrary, Unstructured};
 use serde_json::json;
@@ -30,12 +30,17 @@ fn seeds(dirs: &[&str]) -> Vec<(PathBuf, Vec<u8>)> {
     seeds
 }
 
-/// Runs `target` on `input` decoded as a typed `fuzz_target!` input; an
-/// input too short for the type is skipped, as libFuzzer skips it.
-fn typed<'a, T: Arbitrary<'a>>(input: &'a [u8], target: impl FnOnce(T)) {
-    if let Ok(input) = T::arbitrary_take_rest(Unstructured::new(input)) {
-        target(input);
-    }
+/// Runs `target` on `input` decoded as a typed `fuzz_target!` input and
+/// returns what it returned; an input too short for the type is skipped, as
+/// libFuzzer skips it (`None`).
+fn typed<'a, T: Arbitrary<'a>, R>(input: &'a [u8], target: impl FnOnce(T) -> R) -> Option<R> {
+    let input = T::arbitrary_take_rest(Unstructured::new(input)).ok()?;
+    Some(target(input))
+}
+
+/// The file name of a seed.
+fn name(path: &Path) -> &str {
+    path.file_name().and_then(|name| name.to_str()).unwrap()
 }
 
 #[test]
@@ -55,8 +60,12 @@ fn skill_component() {
 
 #[test]
 fn declarative_skill() {
-    for (_, text) in seeds(&["fuzz/seeds/declarative_skill"]) {
-        typed(&text, targets::declarative_skill::run);
+    // A seed named `invalid-*` is refused; every other one reaches the
+    // checks on the loaded component, so that the replay checks something.
+    for (path, text) in seeds(&["fuzz/seeds/declarative_skill"]) {
+        let checked = typed(&text, targets::declarative_skill::run);
+        let valid = !name(&path).starts_with("invalid-");
+        assert_eq!(checked, Some(valid), "{}", path.display());
     }
 }
 
@@ -83,8 +92,10 @@ fn tool_call() {
 
 #[test]
 fn gateway_request() {
-    for (_, request) in seeds(&["fuzz/seeds/gateway_request"]) {
-        targets::gateway_request::run(&request);
+    // Every seed is a request the gateway answers.
+    for (path, request) in seeds(&["fuzz/seeds/gateway_request"]) {
+        let status = targets::gateway_request::run(&request);
+        assert!(status.is_some(), "{} is no request", path.display());
     }
 }
 

@@ -11,8 +11,9 @@ use skillhost::skills::pack::{DeclarativeSkill, Format};
 
 static SANDBOX: LazyLock<Sandbox> = LazyLock::new(Sandbox::default);
 
-/// One input.
-pub fn run(input: (bool, &str)) {
+/// One input. Returns whether it reached the checks on the loaded component:
+/// the seed replay makes sure the seeds meant to be valid still do.
+pub fn run(input: (bool, &str)) -> bool {
     let (markdown, text) = input;
     let (format, file) = if markdown {
         (Format::SkillMd, Path::new("SKILL.md"))
@@ -20,7 +21,7 @@ pub fn run(input: (bool, &str)) {
         (Format::Yaml, Path::new("skill.yaml"))
     };
     let Ok(skill) = DeclarativeSkill::parse(text, format, file) else {
-        return;
+        return false;
     };
     let bytes = skill.to_component().expect("an accepted skill encodes");
     // The packer knows no host's tools: a skill may list a tool this host
@@ -32,11 +33,12 @@ pub fn run(input: (bool, &str)) {
             if error.to_string().contains("not a registered tool")
                 || error.to_string().contains("already the name of a tool") =>
         {
-            return;
+            return false;
         }
         Err(error) => panic!("an accepted skill does not load: {error}"),
     };
     let json = |manifest| serde_json::to_value(manifest).expect("a manifest serializes");
     assert_eq!(json(loaded.manifest()), json(skill.manifest()));
     assert_eq!(loaded.instructions(), skill.instructions());
+    true
 }
