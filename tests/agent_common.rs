@@ -4,12 +4,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use skillhost::agent::llm::{LlmClient, LlmConfig};
+use skillhost::agent::llm::LlmClient;
 use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Finished, PendingConfirmation,
     Resolution, RunOutput,
@@ -21,10 +20,19 @@ use skillhost::tools::demo::{DemoClock, DemoDb};
 use skillhost::tools::{Tool, ToolRegistry};
 
 use crate::support::fixtures::skill_file;
-use crate::support::scripted_llm::ScriptedLlm;
+use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// The article's refund request.
 pub const REFUND_REQUEST: &str = "my order 88231 robot vacuum is broken, refund it";
+
+/// The model's answer to [`REFUND_REQUEST`]: a call of the `processRefund`
+/// skill for order 88231.
+pub fn refund_call() -> Step {
+    Step::tool_call(
+        "processRefund",
+        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+    )
+}
 
 /// The demo shop with some of its tools and some bundled skills loaded.
 pub struct Shop {
@@ -123,12 +131,7 @@ pub async fn ask_deciding(agent: &Agent, request: &str, decision: Decision) -> F
 
 /// A client for the scripted server with fast retries.
 pub fn client(llm: &ScriptedLlm) -> LlmClient {
-    LlmClient::new(LlmConfig {
-        backoff_base: Duration::from_millis(1),
-        backoff_max: Duration::from_millis(5),
-        ..LlmConfig::new(llm.base_url(), "test-model")
-    })
-    .expect("a client for the scripted server")
+    LlmClient::new(llm.config()).expect("a client for the scripted server")
 }
 
 pub fn skill(name: &str) -> SkillName {

@@ -17,8 +17,8 @@ use skillhost::agent::{
 use skillhost::tools::demo::article_003_tools;
 
 use crate::agent_common::{
-    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refusal, resolutions, rounds_of,
-    skill, skill_outcomes, tool_result, tools_called,
+    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refund_call, refusal, resolutions,
+    rounds_of, skill, skill_outcomes, tool_result, tools_called,
 };
 use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -61,13 +61,6 @@ async fn until_confirmation(
             return (events, pending);
         }
     }
-}
-
-fn refund_call() -> Step {
-    Step::tool_call(
-        "processRefund",
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-    )
 }
 
 fn sorted(mut names: Vec<String>) -> Vec<String> {

@@ -11,7 +11,6 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use skillhost::agent::llm::LlmConfig;
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::RuntimeConfig;
@@ -20,7 +19,7 @@ use skillhost::tools::Tool;
 use skillhost::tools::demo::{DemoClock, DemoDb, article_003_tools};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 
-use crate::agent_common::REFUND_REQUEST;
+use crate::agent_common::{REFUND_REQUEST, refund_call};
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
@@ -85,11 +84,7 @@ impl Served {
             })
             .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"]);
         if let Some(llm) = setup.llm {
-            builder = builder.llm(LlmConfig {
-                backoff_base: Duration::from_millis(1),
-                backoff_max: Duration::from_millis(5),
-                ..LlmConfig::new(llm.base_url(), "test-model")
-            });
+            builder = builder.llm(llm.config());
         }
         let host = builder.build().await.expect("building the host");
         let failures: Vec<_> = host.snapshot().failures().cloned().collect();
@@ -177,7 +172,17 @@ impl Served {
 
     /// Shuts the server down gracefully and waits for it.
     async fn shut_down(mut self) {
+        self.begin_shutdown();
+        self.stopped().await;
+    }
+
+    /// Tells the server to shut down gracefully.
+    fn begin_shutdown(&mut self) {
         self.stop.take().expect("running").send(()).unwrap();
+    }
+
+    /// Waits for the server to have stopped.
+    async fn stopped(self) {
         self.server.await.unwrap().unwrap();
     }
 }
@@ -236,13 +241,6 @@ fn sse_data(text: &str) -> Vec<String> {
         })
         .map(str::to_owned)
         .collect()
-}
-
-fn refund_call() -> Step {
-    Step::tool_call(
-        "processRefund",
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-    )
 }
 
 const REFUND_ANSWER: &str = "Your refund RF20260629001 for the S10 Pro is on its way.";
@@ -1003,14 +1001,19 @@ async fn bodies_over_the_limit_are_a_413() {
     assert_eq!(status, StatusCode::OK);
 }
 
-/// The value of the metric line starting with `series`, 0 when absent.
-fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|line| {
-            line.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
+/// The value of the metric line starting with `series`; `None` when there
+/// is none.
+fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        line.strip_prefix(series)
+            .and_then(|rest| rest.trim().parse().ok())
+    })
+}
+
+/// The value of the counter `series`, which has no line before its first
+/// increment: 0 when absent.
+fn counter(text: &str, series: &str) -> f64 {
+    metric(text, series).unwrap_or(0.0)
 }
 
 #[tokio::test]
@@ -1030,12 +1033,13 @@ async fn metrics_move_after_traffic() {
     };
     let before = scrape().await;
     let invocations = r#"skillhost_invocations_total{skill="inquireOrderStatus",outcome="done"}"#;
-    assert_eq!(metric(&before, invocations), 0.0);
-    assert_eq!(metric(&before, "skillhost_skills_loaded"), 2.0);
+    assert_eq!(counter(&before, invocations), 0.0);
+    // Gauges are there from the start.
+    assert_eq!(metric(&before, "skillhost_skills_loaded"), Some(2.0));
     // The instance pool, read at the scrape: this host's 8 slots, all free.
-    assert_eq!(metric(&before, "skillhost_instance_slots"), 8.0);
-    assert_eq!(metric(&before, "skillhost_instances_live"), 0.0);
-    assert_eq!(metric(&before, "skillhost_instances_waiting"), 0.0);
+    assert_eq!(metric(&before, "skillhost_instance_slots"), Some(8.0));
+    assert_eq!(metric(&before, "skillhost_instances_live"), Some(0.0));
+    assert_eq!(metric(&before, "skillhost_instances_waiting"), Some(0.0));
 
     served
         .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
@@ -1060,64 +1064,59 @@ async fn metrics_move_after_traffic() {
             &after,
             r#"skillhost_http_requests_total{route="/healthz",method="other",status="405"}"#
         ),
-        2.0
+        Some(2.0)
     );
-    assert_eq!(metric(&after, invocations), 1.0);
+    assert_eq!(metric(&after, invocations), Some(1.0));
     assert_eq!(
         metric(
             &after,
             r#"skillhost_invocation_duration_seconds_count{skill="inquireOrderStatus"}"#
         ),
-        1.0
+        Some(1.0)
     );
     assert!(
         metric(
             &after,
             r#"skillhost_tool_calls_total{tool="queryOrder",outcome="done"}"#
-        ) >= 1.0
+        )
+        .is_some_and(|calls| calls >= 1.0),
+        "{after}"
     );
     assert_eq!(
         metric(&after, r#"skillhost_llm_tokens_total{type="prompt"}"#),
-        7.0
+        Some(7.0)
     );
     assert_eq!(
         metric(&after, r#"skillhost_llm_tokens_total{type="completion"}"#),
-        3.0
+        Some(3.0)
     );
     assert_eq!(
         metric(
             &after,
             r#"skillhost_http_requests_total{route="/v1/skills/{name}/invoke",method="POST",status="404"}"#
         ),
-        1.0
+        Some(1.0)
     );
     assert_eq!(
         metric(
             &after,
             r#"skillhost_http_errors_total{code="skill_not_found"}"#
         ),
-        1.0
+        Some(1.0)
     );
     assert!(
         metric(
             &after,
             r#"skillhost_http_request_duration_seconds_count{route="/v1/chat/completions"}"#
-        ) >= 1.0
+        )
+        .is_some_and(|requests| requests >= 1.0),
+        "{after}"
     );
 }
 
 #[tokio::test]
-async fn skill_failures_are_a_422_and_slow_requests_a_504() {
-    let llm = ScriptedLlm::start(vec![Step::text("late").delay(Duration::from_secs(5))]).await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        config: GatewayConfig {
-            request_timeout: Duration::from_millis(300),
-            ..GatewayConfig::default()
-        },
-        ..Setup::default()
-    })
-    .await;
+async fn skill_failures_are_a_422() {
+    let served = Served::start(Setup::default()).await;
     std::fs::copy(fixture("panicker"), served.dir.path().join("panicker.wasm")).unwrap();
     wait_for(&served, "/v1/skills/panicker", |skill| {
         skill["name"] == "panicker"
@@ -1133,36 +1132,62 @@ async fn skill_failures_are_a_422_and_slow_requests_a_504() {
         message.contains("panicker") && !message.starts_with('{'),
         "{message}"
     );
+}
 
+#[tokio::test]
+async fn slow_requests_are_a_504() {
+    // The model does not answer while the test runs.
+    let (_held, gate) = oneshot::channel();
+    let llm = ScriptedLlm::start(vec![Step::text("late").held_until(gate)]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        config: GatewayConfig {
+            request_timeout: Duration::from_secs(1),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
     let (status, body) = served.chat("hi").await;
-    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body:#}");
     error_of(&body, "request_timeout");
 }
 
 #[tokio::test]
 async fn shutdown_lets_in_flight_requests_finish() {
-    let llm = ScriptedLlm::start(vec![
-        Step::text("finished").delay(Duration::from_millis(500)),
-    ])
-    .await;
-    let served = Served::with_llm(&llm).await;
+    // The model answers only once the shutdown is under way.
+    let (answer, gate) = oneshot::channel();
+    let llm = ScriptedLlm::start(vec![Step::text("finished").held_until(gate)]).await;
+    let mut served = Served::with_llm(&llm).await;
     let request = served
         .http
         .post(served.url("/v1/chat/completions"))
         .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
         .send();
     let in_flight = tokio::spawn(request);
-    // Let the request reach the model, then shut down while it waits.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while llm.requests().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the request never reached the model"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let reached = async {
+        while llm.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reached)
+        .await
+        .expect("the request never reached the model");
     let url = served.url("/healthz");
-    served.shut_down().await;
+    served.begin_shutdown();
+    // The shutdown is under way once new connections are refused.
+    let refusing = async {
+        while reqwest::get(&url).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), refusing)
+        .await
+        .expect("the gateway kept accepting connections after the shutdown began");
+    // Still in flight: the model has not answered.
+    assert!(!in_flight.is_finished());
+    let _ = answer.send(());
+    served.stopped().await;
     let (status, body) = read(in_flight.await.unwrap().unwrap()).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["choices"][0]["message"]["content"], "finished");

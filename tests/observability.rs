@@ -22,6 +22,7 @@ use skillhost::tools::demo::{DemoDb, article_003_tools};
 
 use crate::agent_common::Shop;
 use crate::agent_masking;
+use crate::support::environment::host_settings;
 use crate::support::fixtures::{DemoHost, fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
@@ -401,7 +402,8 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
 }
 
 /// `skillhost <args> run processRefund --yes` on the bundled skills with a
-/// fresh database; the machine's own log settings are cleared.
+/// fresh database; the machine's own settings ([`host_settings`]) are
+/// cleared, then `env` set.
 fn run_refund(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
@@ -415,10 +417,11 @@ fn run_refund(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
         .arg(repo_root().join("skills"))
         .arg("--trust")
         .arg(repo_root().join("keys/trusted"))
-        .current_dir(dir)
-        .env_remove("SKILLHOST_LOG")
-        .env_remove("SKILLHOST_LOG_FORMAT")
-        .envs(env.iter().copied());
+        .current_dir(dir);
+    for name in host_settings() {
+        command.env_remove(name);
+    }
+    command.envs(env.iter().copied());
     let output = command.output().expect("running skillhost");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -428,6 +431,21 @@ fn run_refund(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
     );
     (stdout, stderr)
 }
+
+/// How the lines `run` shows on stderr for the person approving a write
+/// begin (host/src/cli/trace.rs, host/src/cli/agent.rs), each with whether
+/// it shows the write's arguments, which that person approves.
+const RUN_SHOWS: [(&str, bool); 7] = [
+    ("      skill processRefund called queryOrder(", false),
+    // The confirmation asked for, and later its resolution.
+    ("      confirmation cf_", false),
+    ("          arguments: ", true),
+    ("          summary:   ", true),
+    ("          expires:   ", false),
+    ("      approved (--yes)", false),
+    // The write, once approved.
+    ("      skill processRefund called applyRefund(", true),
+];
 
 #[test]
 fn the_binary_writes_json_log_lines_when_asked_by_flag_or_environment() {
@@ -440,14 +458,32 @@ fn the_binary_writes_json_log_lines_when_asked_by_flag_or_environment() {
         let result: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(result["refunded"], true, "{stdout}");
         // `run` shows the calls and the approval as text, for the person
-        // approving; every log line is JSON.
-        let log = Log::parse(
-            stderr
-                .lines()
-                .filter(|line| line.starts_with('{'))
-                .map(|line| format!("{line}\n"))
-                .collect(),
-        );
+        // approving; every other line is a log line, in JSON. The write's
+        // arguments are shown to that person, and nowhere else.
+        let mut log = String::new();
+        for line in stderr.lines() {
+            let shows_arguments = if line.starts_with('{') {
+                log.push_str(line);
+                log.push('\n');
+                false
+            } else {
+                let (_, shows_arguments) = RUN_SHOWS
+                    .iter()
+                    .find(|(start, _)| line.starts_with(start))
+                    .unwrap_or_else(|| {
+                        panic!("neither a JSON log line nor `run`'s own: {line:?}\n{stderr}")
+                    });
+                *shows_arguments
+            };
+            assert!(
+                shows_arguments || !line.contains(SECRET_REASON),
+                "the write's argument is shown in {line:?}\n{stderr}"
+            );
+        }
+        // The person approving sees what they approve.
+        let summary = format!("summary:   applyRefund: orderId '88231', reason '{SECRET_REASON}'");
+        assert!(stderr.contains(&summary), "{stderr}");
+        let log = Log::parse(log);
         // The steps stop at the write, which is approved, then run again.
         let attempts: Vec<_> = log
             .closed("skill_invocation")

@@ -133,13 +133,34 @@ impl Watched {
     }
 
     /// Writes the first half of `bytes` to `path` in place, as a writer that
-    /// stopped halfway would (`cp` writes in place), and returns the event,
-    /// checked to refuse the truncated file.
+    /// stopped halfway would (`cp` writes in place), and returns the event
+    /// refusing the half, checked to call it truncated.
+    ///
+    /// Writing in place empties the file first: a sync may catch it empty or
+    /// partly written and refuse that as well, in an event of its own. Such
+    /// events are skipped. The refusal of the half is the one whose failure
+    /// the snapshot holds with the half's digest once its event is received
+    /// (the registry swaps a failure in before it broadcasts the event);
+    /// no event follows it, since later syncs find the same refused content.
     async fn write_half(&mut self, path: &Path, bytes: &[u8]) -> ReloadEvent {
-        std::fs::write(path, &bytes[..bytes.len() / 2]).unwrap();
-        let event = self.event_for(path).await;
-        assert_rejected(&event, FailureKind::Signature, "truncated");
-        event
+        let half = &bytes[..bytes.len() / 2];
+        std::fs::write(path, half).unwrap();
+        let digest = Some(digest_of(half));
+        loop {
+            let event = self.event_for(path).await;
+            let snapshot = self.registry.snapshot();
+            let Some(failure) = snapshot.failure_for(path) else {
+                continue;
+            };
+            let of_the_half = ReloadOutcome::Rejected {
+                kind: failure.kind,
+                reason: failure.reason.clone(),
+            };
+            if failure.digest == digest && event.outcome == of_the_half {
+                assert_rejected(&event, FailureKind::Signature, "truncated");
+                return event;
+            }
+        }
     }
 
     /// The version `versioned` answers with now, if it is loaded.
@@ -189,7 +210,7 @@ async fn a_new_file_loads_and_is_announced() {
     assert_eq!(watched.answer().await, None);
     let bytes = v1();
     let path = watched.path("versioned.wasm");
-    std::fs::write(&path, &bytes).unwrap();
+    watched.rename_over("versioned.wasm", &bytes);
     let event = watched.event_for(&path).await;
     assert_eq!(event.outcome, ReloadOutcome::Loaded);
     assert_eq!(event.old, None);
@@ -202,10 +223,11 @@ async fn a_new_file_loads_and_is_announced() {
 }
 
 #[tokio::test]
-async fn a_rename_over_replaces_the_version_and_running_calls_keep_theirs() {
+async fn a_rename_over_replaces_the_version_and_a_handle_taken_before_keeps_its_own() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
     let path = watched.path("versioned.wasm");
-    // Taken before the swap: an invocation that has started.
+    // Taken before the swap, run after it (as an invocation that looked the
+    // skill up just before the swap runs).
     let before = watched.registry.get("versioned").unwrap();
     watched.rename_over("versioned.wasm", &v2());
     watched.expect_upgrade_to_v2(&path).await;
@@ -301,8 +323,9 @@ async fn a_truncated_write_keeps_the_old_version_until_the_write_completes() {
     assert_eq!(failure.kind, FailureKind::Signature);
     assert_eq!(failure.digest, Some(digest_of(&new[..new.len() / 2])));
 
-    // The write completes.
-    std::fs::write(&path, &new).unwrap();
+    // The write completes (renamed into place: written in place, the file
+    // would be emptied first, which a sync could catch and refuse).
+    watched.rename_over("versioned.wasm", &new);
     watched.expect_upgrade_to_v2(&path).await;
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
 }
@@ -313,7 +336,7 @@ async fn restoring_the_loaded_content_clears_the_failure() {
     let path = watched.path("versioned.wasm");
     let old = v1();
     watched.write_half(&path, &old).await;
-    std::fs::write(&path, &old).unwrap();
+    watched.rename_over("versioned.wasm", &old);
     let event = watched.event_for(&path).await;
     assert_eq!(event.outcome, ReloadOutcome::Restored);
     assert_eq!(event.old, version_of(&old, "1.0.0"));
@@ -407,7 +430,14 @@ async fn a_file_larger_than_a_skill_may_be_is_refused_unread() {
     let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
     let path = watched.path("versioned.wasm");
     let huge = MAX_SKILL_FILE_BYTES + 1;
-    std::fs::File::create(&path).unwrap().set_len(huge).unwrap();
+    // Made under a hidden name, which the watcher ignores, then renamed
+    // into place: made in place, the file would be empty for a moment.
+    let staged = watched.path(".versioned.wasm.tmp");
+    std::fs::File::create(&staged)
+        .unwrap()
+        .set_len(huge)
+        .unwrap();
+    std::fs::rename(&staged, &path).unwrap();
     let event = watched.event_for(&path).await;
     assert_rejected(&event, FailureKind::TooLarge, &format!("{huge} bytes"));
     assert_eq!(
@@ -529,7 +559,7 @@ async fn two_files_with_one_skill_name_the_first_holds_it_until_it_goes() {
 
     // A third file with the name is refused as it arrives.
     let c = watched.path("c.wasm");
-    std::fs::write(&c, v1()).unwrap();
+    watched.rename_over("c.wasm", &v1());
     let event = watched.event_for(&c).await;
     assert_rejected(&event, FailureKind::NameTaken, "already taken");
     assert_eq!(event.new, None);
@@ -794,7 +824,7 @@ async fn a_configmap_swap_replaces_the_version_without_a_restart() {
         configmap(&[("versioned.wasm", &v1()), ("noop.wasm", &noop())]).await;
     let path = watched.path("versioned.wasm");
     assert_eq!(watched.compiles(), 2);
-    // Taken before the swap: an invocation that has started.
+    // Taken before the swap, run after it: it keeps its version.
     let before = watched.registry.get("versioned").unwrap();
     volume.update(&[("versioned.wasm", &v2()), ("noop.wasm", &noop())]);
     watched.expect_upgrade_to_v2(&path).await;

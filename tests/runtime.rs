@@ -43,9 +43,20 @@ fn recorder(host: &Arc<DemoHost>) -> Arc<Recorder> {
     })
 }
 
+/// Limits whose execution time runs out quickly, for the tests of that
+/// limit: a guest that does not stop by itself.
 fn short_limits() -> Limits {
     Limits {
         execution_time: Duration::from_millis(300),
+        ..Limits::default()
+    }
+}
+
+/// Limits with time to spare on a loaded machine, for runs that must finish
+/// or be stopped by another limit: time running out first would fail them.
+fn ample_time() -> Limits {
+    Limits {
+        execution_time: Duration::from_secs(30),
         ..Limits::default()
     }
 }
@@ -296,7 +307,7 @@ async fn a_guest_sleeping_in_wasi_is_stopped_by_the_execution_time_limit() {
     let host = DemoHost::new();
     let within = json!({ "millis": 5 });
     assert_eq!(
-        sleeper_result(&host, within, short_limits()).await,
+        sleeper_result(&host, within, ample_time()).await,
         json!({ "slept": 5, "randomBytes": 0, "pollables": 0 })
     );
     assert_eq!(host.runtime.instance_slots().in_use, 0);
@@ -329,8 +340,16 @@ async fn a_guest_hoarding_wasi_resources_traps() {
     assert!(error.to_string().contains("resource table"), "{error}");
 }
 
-/// Forwards to the demo tools after a pause longer than [`short_limits`]'s
-/// execution time.
+/// The execution time of the guest that waits on [`SlowTools`].
+const SLOW_TOOL_LIMIT: Duration = Duration::from_secs(3);
+
+/// How long each call to [`SlowTools`] takes: longer than the whole
+/// [`SLOW_TOOL_LIMIT`], so that the guest would be out of time were the
+/// wait counted as its own, while the guest's own work (instantiation, a
+/// few calls) has the whole limit.
+const SLOW_TOOL_PAUSE: Duration = Duration::from_secs(4);
+
+/// Forwards to the demo tools after [`SLOW_TOOL_PAUSE`].
 struct SlowTools(Arc<DemoHost>);
 
 #[async_trait]
@@ -341,7 +360,7 @@ impl ToolDispatch for SlowTools {
         tool: &str,
         arguments: Value,
     ) -> Result<Value, DispatchError> {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(SLOW_TOOL_PAUSE).await;
         self.0.tools.call_tool(skill, tool, arguments).await
     }
 }
@@ -354,14 +373,19 @@ async fn a_wasi_guest_waiting_on_a_slow_tool_is_not_out_of_time() {
     let host = Arc::new(DemoHost::new());
     let guest = host.load(&fixture("wasi-replay")).await;
     let slow: Arc<dyn ToolDispatch> = Arc::new(SlowTools(host.clone()));
+    let limits = Limits {
+        execution_time: SLOW_TOOL_LIMIT,
+        ..Limits::default()
+    };
     let report = guest
-        .run_with_limits(&json!({ "orderId": "88231" }), slow, short_limits())
+        .run_with_limits(&json!({ "orderId": "88231" }), slow, limits)
         .await
-        .expect("two 400 ms tool calls within a 300 ms limit");
+        .expect("tool calls each slower than the whole limit");
     let RunOutcome::Done(result) = report.outcome else {
         panic!("no result: {:?}", report.outcome);
     };
     assert_eq!(result["refund"]["success"], true, "{result}");
+    assert_eq!(report.tool_calls.len(), 2, "{:?}", report.tool_calls);
 }
 
 /// Same while the host reads the manifest: loading such a file is refused
@@ -399,7 +423,7 @@ async fn a_guest_asking_wasi_for_too_many_random_bytes_traps() {
     );
 
     let hoard = json!({ "millis": 0, "randomBytes": 32 << 20 });
-    let error = assert_stopped_by("wasi-sleeper", hoard, short_limits(), None).await;
+    let error = assert_stopped_by("wasi-sleeper", hoard, ample_time(), None).await;
     assert!(error.to_string().contains("exceeds limit"), "{error}");
 }
 
@@ -407,7 +431,7 @@ async fn a_guest_asking_wasi_for_too_many_random_bytes_traps() {
 async fn memory_bomb_is_stopped_by_the_memory_limit() {
     let limits = Limits {
         memory_bytes: 16 << 20,
-        ..short_limits()
+        ..ample_time()
     };
     let error = assert_stopped_by("memory-bomb", json!({}), limits, Some(Limit::Memory)).await;
     assert!(error.to_string().contains("memory"), "{error}");
@@ -417,7 +441,7 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
 async fn call_storm_is_stopped_by_the_tool_call_limit() {
     let limits = Limits {
         tool_calls: 8,
-        ..short_limits()
+        ..ample_time()
     };
     let error = assert_stopped_by("call-storm", json!({}), limits, Some(Limit::ToolCalls)).await;
     assert!(error.to_string().contains("tool-call"), "{error}");
@@ -427,7 +451,7 @@ async fn call_storm_is_stopped_by_the_tool_call_limit() {
 async fn oversized_result_is_stopped_by_the_output_limit() {
     let limits = Limits {
         output_bytes: 64 << 10,
-        ..short_limits()
+        ..ample_time()
     };
     let input = json!({ "bytes": 1 << 20 });
     assert_stopped_by("output-bomb", input, limits, Some(Limit::Output)).await;
@@ -437,7 +461,7 @@ async fn oversized_result_is_stopped_by_the_output_limit() {
 async fn an_oversized_failure_is_stopped_by_the_output_limit_too() {
     let limits = Limits {
         output_bytes: 64 << 10,
-        ..short_limits()
+        ..ample_time()
     };
     let input = json!({ "bytes": 1 << 20, "fail": true });
     assert_stopped_by("output-bomb", input, limits, Some(Limit::Output)).await;

@@ -13,7 +13,7 @@
 //!     Step::text("Your refund is on its way."),
 //! ])
 //! .await;
-//! let client = LlmClient::new(LlmConfig::new(llm.base_url(), "test-model"))?;
+//! let client = LlmClient::new(llm.config())?;
 //! // ... run the agent ...
 //! assert_eq!(llm.requests()[0].tool_names(), ["queryOrder", "applyRefund"]);
 //! assert_eq!(llm.remaining(), 0);
@@ -32,6 +32,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use skillhost::agent::llm::LlmConfig;
 
 /// What one scripted answer says.
 enum Reply {
@@ -61,6 +63,8 @@ pub struct Step {
     usage: (u64, u64),
     headers: Vec<(HeaderName, HeaderValue)>,
     delay: Duration,
+    /// Opened (sent on, or dropped) when the answer may go.
+    gate: Option<oneshot::Receiver<()>>,
     /// `None`: `stop`, or `tool_calls` when the answer has calls.
     finish_reason: Option<&'static str>,
 }
@@ -74,6 +78,7 @@ impl Step {
             usage: (10, 5),
             headers: Vec::new(),
             delay: Duration::ZERO,
+            gate: None,
             finish_reason: None,
         }
     }
@@ -168,6 +173,12 @@ impl Step {
         self.delay = delay;
         self
     }
+
+    /// Answers only once `gate` opens: its sender sends, or is dropped.
+    pub fn held_until(mut self, gate: oneshot::Receiver<()>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
 }
 
 fn status_code(status: u16) -> StatusCode {
@@ -259,6 +270,16 @@ impl ScriptedLlm {
         self.base_url.clone()
     }
 
+    /// A client configuration for this server, model `test-model`, with
+    /// fast backoff, so that retries take milliseconds.
+    pub fn config(&self) -> LlmConfig {
+        LlmConfig {
+            backoff_base: Duration::from_millis(1),
+            backoff_max: Duration::from_millis(5),
+            ..LlmConfig::new(self.base_url(), "test-model")
+        }
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         self.shared.requests.lock().unwrap().clone()
@@ -302,6 +323,10 @@ async fn chat_completions(
     };
     while let Reply::Dynamic(decide) = &step.reply {
         step = decide(&body);
+    }
+    if let Some(gate) = step.gate.take() {
+        // Dropping the sender opens the gate as well.
+        let _ = gate.await;
     }
     tokio::time::sleep(step.delay).await;
     let stream = step
