@@ -51,14 +51,29 @@ pub enum SkillPath {
     Llm,
 }
 
-/// How a person's confirmation ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How a person's confirmation ended. Serialized flat, as one object with
+/// a `decision`: `{"decision": "approved"}`, `{"decision": "rejected",
+/// "reason": …}` or `{"decision": "expired", "after": <ms>}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Approved: the call ran with the arguments shown.
     Approved,
     /// Rejected or expired: the call did not run.
     Declined(Declined),
+}
+
+impl Serialize for Resolution {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            Self::Approved => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("decision", "approved")?;
+                map.end()
+            }
+            Self::Declined(declined) => declined.serialize(serializer),
+        }
+    }
 }
 
 /// Why a call that needed approval did not run.
@@ -282,5 +297,36 @@ mod millis {
 
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_u128(duration.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::{Declined, Resolution};
+
+    #[test]
+    fn a_resolution_is_one_object_with_a_decision() {
+        let shapes = [
+            (Resolution::Approved, json!({"decision": "approved"})),
+            (
+                Resolution::Declined(Declined::Rejected {
+                    reason: Some("not today".into()),
+                }),
+                json!({"decision": "rejected", "reason": "not today"}),
+            ),
+            (
+                Resolution::Declined(Declined::Expired {
+                    after: Duration::from_secs(3),
+                }),
+                json!({"decision": "expired", "after": 3000}),
+            ),
+        ];
+        for (resolution, shape) in shapes {
+            assert_eq!(json!(resolution), shape);
+        }
     }
 }

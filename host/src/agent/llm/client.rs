@@ -287,7 +287,7 @@ impl LlmClient {
         if let Some(key) = &inner.config.api_key {
             builder = builder.bearer_auth(key);
         }
-        let mut response = builder.send().await.map_err(|e| self.send_failure(&e))?;
+        let mut response = builder.send().await.map_err(|e| self.send_failure(e))?;
 
         let status = response.status();
         if !status.is_success() {
@@ -335,7 +335,7 @@ impl LlmClient {
         }
         let (bytes, truncated) = read_body(&mut response, MAX_RESPONSE_BYTES)
             .await
-            .map_err(|e| self.read_failure(&e))?;
+            .map_err(|e| self.read_failure(e))?;
         let text = String::from_utf8_lossy(&bytes);
         if truncated {
             return Err(LlmError::MalformedResponse {
@@ -369,7 +369,7 @@ impl LlmClient {
         };
         let mut body = response.bytes_stream();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| self.read_failure(&e))?;
+            let chunk = chunk.map_err(|e| self.read_failure(e))?;
             for line in decoder.push(&chunk)? {
                 feed(&line, &mut assembler)?;
             }
@@ -387,27 +387,30 @@ impl LlmClient {
     /// Connection failures are retried — a refused connection, or a
     /// kept-alive one the server or a load balancer closed before answering;
     /// a timeout is not (the whole `request_timeout` is already spent).
-    fn send_failure(&self, error: &reqwest::Error) -> Failure {
+    fn send_failure(&self, error: reqwest::Error) -> Failure {
         let retry = |error| Failure::Retry { error, wait: None };
+        // The URL is the configured one; messages reach the gateway's
+        // clients, who need not learn where the model is.
+        let error = error.without_url();
         if error.is_timeout() {
             Failure::Fatal(self.read_failure(error))
         } else if error.is_connect() {
-            retry(LlmError::Connect(error_chain(error)))
+            retry(LlmError::Connect(error_chain(&error)))
         } else if error.is_request() {
-            retry(LlmError::Transport(error_chain(error)))
+            retry(LlmError::Transport(error_chain(&error)))
         } else {
             Failure::Fatal(self.read_failure(error))
         }
     }
 
     /// Classifies a failure while a response is being read.
-    fn read_failure(&self, error: &reqwest::Error) -> LlmError {
+    fn read_failure(&self, error: reqwest::Error) -> LlmError {
         if error.is_timeout() {
             LlmError::Timeout {
                 after: self.inner.config.request_timeout,
             }
         } else {
-            LlmError::Transport(error_chain(error))
+            LlmError::Transport(error_chain(&error.without_url()))
         }
     }
 }
