@@ -19,23 +19,10 @@ use skillhost::runtime::digest_of;
 use skillhost::skills::signature::PublicKey;
 use skillhost::tools::demo::DemoDb;
 
-use crate::agent_common::REFUND_REQUEST;
+use crate::agent_common::{REFUND_REQUEST, refund_call};
+use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
-
-/// Settings the binary reads from the environment; cleared so that the
-/// machine's own never leak into a test.
-const ENV: [&str; 9] = [
-    "OPENAI_BASE_URL",
-    "OPENAI_API_KEY",
-    "SKILLHOST_MODEL",
-    "SKILLHOST_SKILLS",
-    "SKILLHOST_DB",
-    "SKILLHOST_TRUST",
-    "SKILLHOST_KEEP_PUBLIC",
-    "SKILLHOST_LOG",
-    "SKILLHOST_CONFIG",
-];
 
 /// A scratch working directory for the binary.
 struct Workdir {
@@ -58,12 +45,12 @@ impl Workdir {
         self.path("shop.db")
     }
 
-    /// `program` in this directory, with no stdin and none of the settings
-    /// in [`ENV`].
+    /// `program` in this directory, with no stdin and none of the
+    /// machine's `SKILLHOST_*` and `OPENAI_*` settings ([`host_settings`]).
     fn program(&self, program: &str) -> Command {
         let mut command = Command::new(program);
         command.current_dir(self.dir.path()).stdin(Stdio::null());
-        for name in ENV {
+        for name in host_settings() {
             command.env_remove(name);
         }
         command
@@ -145,6 +132,20 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// Whether one line of `text` contains every one of `parts`, in order.
+fn has_line(text: &str, parts: &[&str]) -> bool {
+    text.lines().any(|line| {
+        let mut rest = line;
+        parts.iter().all(|part| match rest.find(part) {
+            Some(at) => {
+                rest = &rest[at + part.len()..];
+                true
+            }
+            None => false,
+        })
+    })
+}
+
 /// Panics with the command's output unless it exited with `code`.
 fn expect_code(output: &Output, code: i32) -> (String, String) {
     let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
@@ -154,13 +155,6 @@ fn expect_code(output: &Output, code: i32) -> (String, String) {
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
     (stdout, stderr)
-}
-
-fn refund_call() -> Step {
-    Step::tool_call(
-        "processRefund",
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-    )
 }
 
 /// `skillhost ask <REFUND_REQUEST> <args>` on the bundled skills, with a
@@ -231,7 +225,10 @@ async fn ask_with_yes_prints_rounds_inner_calls_and_the_answer_and_writes_the_re
         "{stderr}"
     );
     assert!(
-        stderr.contains("skill processRefund called applyRefund(") && stderr.contains("-> done"),
+        has_line(
+            &stderr,
+            &["skill processRefund called applyRefund(", "-> done"]
+        ),
         "{stderr}"
     );
     // The confirmation: id, tool, arguments, summary; approved by --yes.
@@ -266,7 +263,10 @@ async fn ask_with_no_tells_the_model_and_writes_no_refund() {
     assert_eq!(stdout.trim(), "Understood: no refund was submitted.");
     assert!(stderr.contains("rejected (--no)"), "{stderr}");
     assert!(
-        stderr.contains("skill processRefund called applyRefund(") && stderr.contains("declined"),
+        has_line(
+            &stderr,
+            &["skill processRefund called applyRefund(", "-> declined"]
+        ),
         "{stderr}"
     );
     // The skill's steps saw the refusal and told the main agent.
@@ -349,6 +349,25 @@ async fn ask_with_json_prints_every_event_as_a_json_line() {
     assert_eq!(last["event"], "finished");
     assert_eq!(last["rounds"], 2);
     assert_eq!(last["llm_calls"], 2);
+}
+
+#[tokio::test]
+async fn ask_with_json_ends_with_failed_and_the_error_when_the_run_fails() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![Step::error(400, "the context is too long")]).await;
+    let mut command = work.host_command(&["ask", REFUND_REQUEST, "--json"], &bundled());
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 1);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect();
+    assert_eq!(events[0]["event"], "round_started", "{stdout}");
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "failed", "{stdout}");
+    let error = last["error"].as_str().unwrap();
+    assert!(error.contains("the context is too long"), "{error}");
+    // The person at the terminal reads the same error.
+    assert!(stderr.contains(&format!("error: {error}")), "{stderr}");
 }
 
 #[tokio::test]
@@ -773,33 +792,62 @@ async fn started_elsewhere_it_names_the_setting_and_directory_to_fix() {
     assert!(!work.path("shop.db").exists() && !work.path("skillhost-demo.db").exists());
 }
 
-/// Starts `command` (a `skillhost serve` on port 0); returns it, the base
-/// URL it announces, and the rest of its stderr.
-async fn serving(
-    mut command: Command,
-) -> (
-    tokio::process::Child,
-    String,
-    tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
-) {
+/// A `skillhost serve` that has announced where it listens.
+struct Serving {
+    child: tokio::process::Child,
+    /// The base URL it announced.
+    base: String,
+    /// The lines of its stderr up to the announcement, which is the last.
+    started: Vec<String>,
+    /// The rest of its stderr.
+    stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+}
+
+/// Starts `command` (a `skillhost serve` on port 0) and waits for it to
+/// announce its address.
+async fn serving(mut command: Command) -> Serving {
     use tokio::io::AsyncBufReadExt;
-    let mut serve = command
+    let mut child = command
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .expect("starting skillhost serve");
-    let mut stderr = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
-    let base = loop {
-        let line = stderr
-            .next_line()
-            .await
-            .unwrap()
-            .expect("serve announces its address");
-        if let Some(rest) = line.strip_prefix("skillhost serving on ") {
-            break rest.split_whitespace().next().unwrap().to_owned();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut started = Vec::new();
+    let announced = async {
+        loop {
+            let line = stderr
+                .next_line()
+                .await
+                .unwrap()
+                .expect("serve announces its address");
+            started.push(line.clone());
+            if let Some(rest) = said(&line).strip_prefix("skillhost serving on ") {
+                return rest.split_whitespace().next().unwrap().to_owned();
+            }
         }
     };
-    (serve, base, stderr)
+    let base = tokio::time::timeout(Duration::from_secs(30), announced)
+        .await
+        .expect("serve did not announce its address within 30 s");
+    Serving {
+        child,
+        base,
+        started,
+        stderr,
+    }
+}
+
+/// What a line of serve's stderr says: the line, or with JSON logs the
+/// message of its event.
+fn said(line: &str) -> String {
+    match serde_json::from_str::<Value>(line) {
+        Ok(event) => event["fields"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        Err(_) => line.to_owned(),
+    }
 }
 
 /// Sends SIGTERM to `child`.
@@ -817,7 +865,7 @@ async fn terminate(child: &tokio::process::Child) {
 async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
     let work = Workdir::new();
     // Nothing in flight: a clean exit.
-    let (serve, _, _stderr) =
+    let Serving { child: serve, .. } =
         serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled())).await;
     terminate(&serve).await;
     let status = serve.wait_with_output().await.unwrap().status;
@@ -830,16 +878,26 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
         &bundled(),
     );
     with_llm(&mut command, &llm);
-    let (mut serve, base, mut stderr) = serving(command).await;
+    let Serving {
+        child: mut serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
     let chat = tokio::spawn(
         reqwest::Client::new()
             .post(format!("{base}/v1/chat/completions"))
             .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
             .send(),
     );
-    while llm.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let reached = async {
+        while llm.requests().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reached)
+        .await
+        .expect("the chat did not reach the model within 30 s");
     terminate(&serve).await;
     let status = tokio::time::timeout(Duration::from_secs(20), serve.wait())
         .await
@@ -856,6 +914,84 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
 }
 
 #[tokio::test]
+async fn serve_with_json_logs_writes_nothing_but_json_lines_from_start_to_shutdown() {
+    let work = Workdir::new();
+    // A skills directory with a file that does not load: its warning too.
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    std::fs::copy(
+        skill_file("processRefund"),
+        skills.join("processRefund.wasm"),
+    )
+    .unwrap();
+    std::fs::write(skills.join("broken.wasm"), b"not a component").unwrap();
+    let command = work.host_command(
+        &["--log-format", "json", "serve", "--listen", "127.0.0.1:0"],
+        &skills,
+    );
+    let Serving {
+        child: serve,
+        base,
+        started,
+        mut stderr,
+    } = serving(command).await;
+    let health: Value = reqwest::get(format!("{base}/healthz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    terminate(&serve).await;
+    let status = serve.wait_with_output().await.unwrap().status;
+    assert_eq!(status.code(), Some(0));
+    let mut lines = started;
+    while let Ok(Some(line)) = stderr.next_line().await {
+        lines.push(line);
+    }
+    let events: Vec<Value> = lines
+        .iter()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|_| panic!("a line of serve's stderr is not JSON: {line:?}"))
+        })
+        .collect();
+    // What serve tells its operator, in order, as events of its own target.
+    let mut told: Vec<(&str, String)> = events
+        .iter()
+        .filter(|event| event["target"] == "skillhost::console")
+        .map(|event| {
+            let level = event["level"].as_str().unwrap();
+            (level, said(&event.to_string()))
+        })
+        .collect();
+    // A checkout made with a umask letting the group write has one more.
+    told.retain(|(_, message)| !message.contains("may be written by its group"));
+    let expected = [
+        ("INFO", "trusting key "),
+        ("WARN", "key "),
+        (
+            "INFO",
+            "loaded 1 skill(s), watching for changes: processRefund",
+        ),
+        (
+            "WARN",
+            &format!("{} did not load: ", skills.join("broken.wasm").display()),
+        ),
+        ("INFO", "no LLM: chat completions answer 503"),
+        ("INFO", "skillhost serving on http://"),
+        ("INFO", "shutting down: letting in-flight requests finish"),
+    ];
+    assert_eq!(told.len(), expected.len(), "{told:#?}");
+    for ((level, message), (expected_level, start)) in told.iter().zip(expected) {
+        assert!(
+            *level == expected_level && message.starts_with(start),
+            "expected {expected_level} {start:?}…, got {level} {message:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletions() {
     // `--skills skills`, as the README's main command has it by default.
     let work = Workdir::new();
@@ -865,9 +1001,12 @@ async fn serve_with_a_relative_skills_directory_follows_replacements_and_deletio
         std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
     }
     std::fs::copy(fixture("versioned-1"), skills.join("versioned.wasm")).unwrap();
-    let (mut serve, base, _stderr) =
-        serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills")))
-            .await;
+    let Serving {
+        child: mut serve,
+        base,
+        ..
+    } = serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], Path::new("skills")))
+        .await;
     let get = |path: &str| {
         let url = format!("{base}{path}");
         async move {

@@ -11,7 +11,7 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(cli::run(args)) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {}", cli::describe(&error));
+            cli::report_error(&error);
             std::process::ExitCode::FAILURE
         }
     }

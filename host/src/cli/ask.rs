@@ -18,8 +18,9 @@ use super::trace::{Trace, print_summary};
 pub struct AskArgs {
     /// What to ask, e.g. "my order 88231 robot vacuum is broken, refund it".
     message: String,
-    /// Print the run's events as JSON lines on stdout (the confirmation
-    /// prompt, if any, still goes to stderr).
+    /// Print the run's events as JSON lines on stdout, then `finished`, or
+    /// `failed` with the error (the confirmation prompt, if any, still goes
+    /// to stderr).
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -30,7 +31,7 @@ pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
     let agent = args.agent.agent().await?;
     let run = agent.ask(&args.message)?;
     let mut trace = Trace::default();
-    let output = follow(
+    let followed = follow(
         &agent,
         run,
         &args.agent.approval.answerer(),
@@ -43,7 +44,18 @@ pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
             }
         },
     )
-    .await?;
+    .await;
+    let output = match followed {
+        Ok(output) => output,
+        Err(error) => {
+            // A script reading the events learns the run ended, and why.
+            if args.json {
+                let failed = json!({"event": "failed", "error": super::describe(&error)});
+                println!("{failed}");
+            }
+            return Err(error);
+        }
+    };
     if args.json {
         let done = json!({
             "event": "finished",

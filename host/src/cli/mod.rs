@@ -4,6 +4,7 @@ mod agent;
 mod ask;
 mod chat;
 mod config;
+mod console;
 mod inspect;
 mod pack;
 mod progress;
@@ -110,8 +111,9 @@ impl HostArgs {
 
     fn signature_policy(&self) -> anyhow::Result<SignaturePolicy> {
         if self.allow_unsigned {
-            eprintln!(
-                "WARNING: --allow-unsigned: skill signatures are NOT verified; never use this outside development"
+            console::warn(
+                "--allow-unsigned: skill signatures are NOT verified; never use this outside \
+                 development",
             );
             return Ok(SignaturePolicy::AllowUnsigned);
         }
@@ -279,11 +281,16 @@ fn scratch_tools(file: &ConfigFile, command: &str) -> anyhow::Result<Arc<ToolReg
     Ok(Arc::new(tools))
 }
 
+/// Reports the error that ended the command, as the log format asks.
+pub fn report_error(error: &anyhow::Error) {
+    console::error(&describe(error));
+}
+
 /// `error` and its causes as one line, `outer: cause: …`, for a person. A
 /// cause whose message the previous one already ends with is left out: many
 /// errors (ours, io, SQLite, wasmtime's) both quote their cause and return
 /// it as `source()`, and `{:#}` would print it twice.
-pub fn describe(error: &anyhow::Error) -> String {
+fn describe(error: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in error.chain() {
         let message = cause.to_string();
@@ -312,15 +319,19 @@ pub fn init_tracing(cli: &Cli) {
         1 => "info,notify=warn",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILLHOST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let format = log_format(cli);
+    console::use_json(format == LogFormat::Json);
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SKILLHOST_LOG").unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{default},{}=info", console::TARGET))
+        });
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(FmtSpan::CLOSE)
         // Colour codes only for a person reading a terminal, never in a file.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match log_format(cli) {
+    match format {
         LogFormat::Text => subscriber.init(),
         LogFormat::Json => subscriber
             .json()

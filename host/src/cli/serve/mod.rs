@@ -15,7 +15,7 @@ use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::DemoDb;
 
-use super::{HostArgs, progress};
+use super::{HostArgs, console, progress};
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
 /// a gateway without API keys is not reachable from other machines.
@@ -38,9 +38,9 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     command line, where other users of the machine can read them."
 )]
 pub struct ServeArgs {
-    /// Address to listen on, HOST:PORT [default: 127.0.0.1:8080]. Beyond
+    /// Address to listen on, IP:PORT [default: 127.0.0.1:8080]. Beyond
     /// loopback, set API keys.
-    #[arg(long, env = "SKILLHOST_LISTEN", value_name = "HOST:PORT", value_parser = listen_address)]
+    #[arg(long, env = "SKILLHOST_LISTEN", value_name = "IP:PORT", value_parser = listen_address)]
     listen: Option<SocketAddr>,
     /// API keys clients send as `Authorization: Bearer <key>`; comma-separated
     /// or repeated. None: the API routes are open.
@@ -143,20 +143,22 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("listening on {listen}"))?;
     let address = listener.local_addr()?;
     if !address.ip().is_loopback() && args.api_keys.is_empty() {
-        eprintln!(
-            "WARNING: listening on {address} without API keys: anyone who can reach it can run \
-             skills and approve writes (set SKILLHOST_API_KEYS)"
-        );
+        console::warn(&format!(
+            "listening on {address} without API keys: anyone who can reach it can run skills \
+             and approve writes (set SKILLHOST_API_KEYS)"
+        ));
     }
     // Listened for before anyone is told the gateway serves, so that a
     // signal from then on shuts it down gracefully.
     let signals = count_signals().context("listening for SIGINT and SIGTERM")?;
-    eprintln!("skillhost serving on http://{address} (OpenAI base URL http://{address}/v1)");
+    console::say(&format!(
+        "skillhost serving on http://{address} (OpenAI base URL http://{address}/v1)"
+    ));
 
     let mut first = signals.clone();
     let served = gateway.serve(listener, async move {
         let _ = first.wait_for(|&signals| signals >= 1).await;
-        eprintln!("shutting down: letting in-flight requests finish");
+        console::say("shutting down: letting in-flight requests finish");
     });
     let grace = args
         .shutdown_grace
@@ -178,7 +180,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         why = cut_short => {
-            eprintln!("{why}; exiting with requests unfinished");
+            console::warn(&format!("{why}; exiting with requests unfinished"));
             Ok(ExitCode::FAILURE)
         }
     }
@@ -191,22 +193,30 @@ fn report_host(host: &SkillHost, hot_reload: bool) {
         .skills()
         .map(|skill| skill.component.name().as_str())
         .collect();
-    eprintln!(
-        "loaded {} skill(s){}: {}",
+    let watching = if hot_reload {
+        ", watching for changes"
+    } else {
+        ""
+    };
+    console::say(&format!(
+        "loaded {} skill(s){watching}: {}",
         names.len(),
-        if hot_reload {
-            ", watching for changes"
-        } else {
-            ""
-        },
         names.join(", ")
-    );
+    ));
     for failure in snapshot.failures() {
-        eprintln!("FAILED {}: {}", failure.path.display(), failure.reason);
+        console::warn(&format!(
+            "{} did not load: {}",
+            failure.path.display(),
+            failure.reason
+        ));
     }
     match host.llm() {
-        Ok(llm) => eprintln!("LLM: {} at {}", llm.config().model, llm.config().base_url),
-        Err(why) => eprintln!("no LLM: chat completions answer 503 ({why})"),
+        Ok(llm) => console::say(&format!(
+            "LLM: {} at {}",
+            llm.config().model,
+            llm.config().base_url
+        )),
+        Err(why) => console::say(&format!("no LLM: chat completions answer 503 ({why})")),
     }
 }
 
@@ -217,25 +227,25 @@ fn report_trust(policy: &SignaturePolicy) {
         return;
     };
     for trusted in store.keys() {
-        eprintln!(
+        console::say(&format!(
             "trusting key {} ({})",
             trusted.fingerprint(),
             trusted.source().display()
-        );
+        ));
     }
     for path in super::sign::writable_by_others(store) {
-        eprintln!(
-            "WARNING: {} may be written by its group or other users, who could add a key \
-             skills are trusted with (chmod go-w)",
+        console::warn(&format!(
+            "{} may be written by its group or other users, who could add a key skills are \
+             trusted with (chmod go-w)",
             path.display()
-        );
+        ));
     }
     if let Some(demo) = super::sign::trusted_demo_key(store) {
-        eprintln!(
-            "WARNING: key {demo} is the demo key, whose secret half is published with skillhost: \
-             anyone can sign skills this host loads; outside a demo, trust only your own keys \
-             (--trust, skillhost keygen)"
-        );
+        console::warn(&format!(
+            "key {demo} is the demo key, whose secret half is published with skillhost: anyone \
+             can sign skills this host loads; outside a demo, trust only your own keys (--trust, \
+             skillhost keygen)"
+        ));
     }
 }
 
@@ -259,13 +269,42 @@ fn count_signals() -> std::io::Result<watch::Receiver<u32>> {
 }
 
 /// `--listen`: a socket address, with an example when it is not one (a
-/// bare port is the usual slip).
+/// bare port, or a host name, is the usual slip).
 fn listen_address(text: &str) -> Result<SocketAddr, String> {
     text.parse().map_err(|_| {
-        let example = match text.parse::<u16>() {
-            Ok(port) => format!("127.0.0.1:{port} (loopback) or 0.0.0.0:{port} (every interface)"),
-            Err(_) => "127.0.0.1:8080".to_owned(),
-        };
-        format!("expected HOST:PORT, e.g. {example}")
+        let port = text.rsplit_once(':').map_or(text, |(_, port)| port);
+        match port.parse::<u16>() {
+            Ok(port) if port.to_string() == text => format!(
+                "expected IP:PORT, e.g. 127.0.0.1:{port} (loopback) or 0.0.0.0:{port} (every \
+                 interface)"
+            ),
+            Ok(port) => format!(
+                "expected IP:PORT: an address, not a host name (names are not resolved), e.g. \
+                 127.0.0.1:{port} (loopback) or 0.0.0.0:{port} (every interface)"
+            ),
+            Err(_) => "expected IP:PORT, e.g. 127.0.0.1:8080".to_owned(),
+        }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_address;
+
+    #[test]
+    fn a_listen_address_slip_gets_an_example_of_the_form() {
+        assert_eq!(listen_address("0.0.0.0:9000").unwrap().port(), 9000);
+        let bare_port = listen_address("8080").unwrap_err();
+        assert!(
+            bare_port.contains("127.0.0.1:8080 (loopback)"),
+            "{bare_port}"
+        );
+        let host_name = listen_address("localhost:18941").unwrap_err();
+        assert!(
+            host_name.contains("not a host name") && host_name.contains("127.0.0.1:18941"),
+            "{host_name}"
+        );
+        let nonsense = listen_address("anywhere").unwrap_err();
+        assert_eq!(nonsense, "expected IP:PORT, e.g. 127.0.0.1:8080");
+    }
 }
