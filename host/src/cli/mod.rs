@@ -312,19 +312,11 @@ fn describe(error: &anyhow::Error) -> String {
 /// invocation, tool call, agent round, LLM call) is written when it closes,
 /// with every field it recorded.
 pub fn init_tracing(cli: &Cli) {
-    let default = match cli.verbose {
-        0 => "warn",
-        // notify reports its own housekeeping at info (a watch on a deleted
-        // directory it could not remove): nothing an operator acts on.
-        1 => "info,notify=warn",
-        _ => "debug",
-    };
     let format = log_format(cli);
     console::use_json(format == LogFormat::Json);
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_env("SKILLHOST_LOG").unwrap_or_else(|_| {
-            tracing_subscriber::EnvFilter::new(format!("{default},{}=info", console::TARGET))
-        });
+    let asked = std::env::var("SKILLHOST_LOG").ok();
+    let filter = tracing_subscriber::EnvFilter::try_new(log_filter(asked.as_deref(), cli.verbose))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(None, cli.verbose)));
     let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_span_events(FmtSpan::CLOSE)
@@ -338,6 +330,25 @@ pub fn init_tracing(cli: &Cli) {
             .with_current_span(true)
             .with_span_list(true)
             .init(),
+    }
+}
+
+/// The log filter: `SKILLHOST_LOG`'s, else the level `-v` asks for. The
+/// console's events (`serve`'s announcements, the final error) are let
+/// through at info unless the filter names their target: in text they are
+/// plain lines no filter hides, and JSON logs must not lose them.
+fn log_filter(asked: Option<&str>, verbose: u8) -> String {
+    let filter = asked.unwrap_or(match verbose {
+        0 => "warn",
+        // notify reports its own housekeeping at info (a watch on a deleted
+        // directory it could not remove): nothing an operator acts on.
+        1 => "info,notify=warn",
+        _ => "debug",
+    });
+    if filter.contains(console::TARGET) {
+        filter.to_owned()
+    } else {
+        format!("{filter},{}=info", console::TARGET)
     }
 }
 
@@ -375,7 +386,7 @@ impl Command {
 mod tests {
     use clap::{CommandFactory, Parser};
 
-    use super::{Cli, LogFormat, describe, log_format};
+    use super::{Cli, LogFormat, describe, log_filter, log_format};
 
     #[test]
     fn command_line_definition_is_consistent() {
@@ -402,6 +413,21 @@ mod tests {
         assert_eq!(log_format(&flag), LogFormat::Text);
         let elsewhere = parse(&["skillhost", "skills"]);
         assert_eq!(log_format(&elsewhere), LogFormat::Text);
+    }
+
+    #[test]
+    fn the_console_is_heard_whatever_the_filter_unless_the_filter_names_it() {
+        assert_eq!(log_filter(None, 0), "warn,skillhost::console=info");
+        assert_eq!(
+            log_filter(None, 1),
+            "info,notify=warn,skillhost::console=info"
+        );
+        assert_eq!(
+            log_filter(Some("error"), 2),
+            "error,skillhost::console=info"
+        );
+        let silenced = "warn,skillhost::console=off";
+        assert_eq!(log_filter(Some(silenced), 0), silenced);
     }
 
     #[test]
