@@ -395,6 +395,49 @@ async fn streamed_chat_sends_openai_chunks_and_resumes_streaming_after_rejection
 }
 
 #[tokio::test]
+async fn a_streamed_chat_failing_before_the_model_answers_is_answered_with_the_errors_status() {
+    const REFUSAL: &str = "this model's maximum context length is 8192 tokens";
+    let llm = ScriptedLlm::start(vec![
+        Step::error(400, REFUSAL),
+        // The second chat: the model answers with a call, then refuses.
+        Step::tool_call("queryOrder", json!({"orderId": "88231"})),
+        Step::error(400, REFUSAL),
+    ])
+    .await;
+    let served = Served::with_llm(&llm).await;
+    let stream = || {
+        served
+            .http
+            .post(served.url("/v1/chat/completions"))
+            .json(&json!({
+                "stream": true,
+                "messages": [{"role": "user", "content": "Where is my order 88231?"}],
+            }))
+            .send()
+    };
+    // Nothing was streamed yet: an ordinary error response, which SDKs
+    // raise with its status (here: the client's conversation is at fault).
+    let response = stream().await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_content_type(&response, "application/json");
+    let body: Value = response.json().await.unwrap();
+    let error = error_of(&body, "llm_refused_conversation");
+    assert!(
+        error["message"].as_str().unwrap().contains(REFUSAL),
+        "{body}"
+    );
+
+    // Once the model has answered, the stream has begun: the error is its
+    // last chunk, after the role chunk.
+    let response = stream().await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_content_type(&response, "text/event-stream");
+    let chunks = completion_chunks(response).await;
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    error_of(chunks.last().unwrap(), "llm_refused_conversation");
+}
+
+#[tokio::test]
 async fn an_answer_cut_short_by_the_model_says_so_in_its_finish_reason() {
     let llm = ScriptedLlm::start(vec![
         Step::text("Your order 88231 was delivered on").finish_reason("length"),

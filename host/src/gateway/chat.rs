@@ -56,7 +56,7 @@ pub async fn chat_completions(
         run: OwnedRun::new(handle),
     };
     if stream {
-        Ok(stream_chat(state, chat, mount, include_usage))
+        stream_chat(state, chat, mount, include_usage).await
     } else {
         complete_chat(&state, chat, &mount).await
     }
@@ -103,7 +103,7 @@ pub async fn answer_confirmation(
         })
         .map_err(|error| not_pending(&error))?;
     match parked.map(Parked::answered) {
-        Some(Parked::Chat(chat)) if answer.stream => Ok(stream_chat(state, chat, mount, false)),
+        Some(Parked::Chat(chat)) if answer.stream => stream_chat(state, chat, mount, false).await,
         Some(Parked::Chat(chat)) => complete_chat(&state, chat, &mount).await,
         Some(Parked::Invoke(invoke)) => finish_invocation(&state, invoke, &mount).await,
         None => Ok(Json(json!({
@@ -172,14 +172,42 @@ async fn complete_chat(
     }
 }
 
+/// What a streamed run's task hands its response.
+enum Streamed {
+    Chunk(Value),
+    /// The run failed, or ran out of time; nothing follows.
+    Failed(ApiError),
+}
+
+impl Streamed {
+    fn into_event(self) -> Event {
+        let data = match self {
+            Self::Chunk(chunk) => chunk,
+            Self::Failed(error) => error.body(),
+        };
+        Event::default().data(data.to_string())
+    }
+}
+
 /// Streams a chat run as SSE chunks in OpenAI's format, until it ends or
 /// waits for a confirmation; the run is driven by a task of its own that
 /// stops (and aborts the run) when the client goes away or the request
 /// timeout passes.
-fn stream_chat(state: Arc<AppState>, chat: ChatRun, mount: Mount, include_usage: bool) -> Response {
+///
+/// The response starts once the model has answered ([`ChunkWriter`]): a
+/// run that fails before (the model's server refused the conversation, its
+/// key or quota, a timeout) is answered with the error's own status, which
+/// clients' SDKs raise as such (a rate limit, a bad request) and routers
+/// fall back on. A failure after it can only be an error chunk.
+async fn stream_chat(
+    state: Arc<AppState>,
+    chat: ChatRun,
+    mount: Mount,
+    include_usage: bool,
+) -> Result<Response, ApiError> {
     // Unbounded like the run's own events: the run never waits for the
     // client, and a run's chunks are bounded by its rounds.
-    let (sender, receiver) = mpsc::unbounded_channel::<Value>();
+    let (sender, mut receiver) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let timeout = state.config.request_timeout;
         let writer = ChunkWriter::new(chat.meta.clone(), sender.clone());
@@ -188,30 +216,40 @@ fn stream_chat(state: Arc<AppState>, chat: ChatRun, mount: Mount, include_usage:
             () = drive => {}
             () = sender.closed() => tracing::debug!("streaming client went away; run aborted"),
             () = tokio::time::sleep(timeout) => {
-                let error = super::timeout_error(timeout);
-                let _ = sender.send(error.body());
+                let _ = sender.send(Streamed::Failed(super::timeout_error(timeout)));
             }
         }
     });
-    let chunks = futures::stream::unfold(receiver, |mut receiver| async move {
-        let chunk = receiver.recv().await?;
-        Some((
-            Ok::<_, Infallible>(Event::default().data(chunk.to_string())),
-            receiver,
-        ))
+    // The task sends before it ends, unless it panicked.
+    let first = match receiver.recv().await {
+        Some(Streamed::Chunk(chunk)) => chunk,
+        Some(Streamed::Failed(error)) => return Err(error),
+        None => return Err(ApiError::internal()),
+    };
+    let rest = futures::stream::unfold(receiver, |mut receiver| async move {
+        Some((receiver.recv().await?, receiver))
     });
+    let chunks = futures::stream::once(async { Streamed::Chunk(first) })
+        .chain(rest)
+        .map(|streamed| Ok::<_, Infallible>(streamed.into_event()));
     let done = futures::stream::once(async { Ok(Event::default().data("[DONE]")) });
     // Comments while the run works in silence (tools, sub-agents), so that
     // proxies do not take the stream for idle and cut it.
-    Sse::new(chunks.chain(done))
+    Ok(Sse::new(chunks.chain(done))
         .keep_alive(KeepAlive::default())
-        .into_response()
+        .into_response())
 }
 
-/// Turns a run's events into chunks.
+/// Turns a run's events into chunks. The first, the assistant's role, is
+/// held back until the model has answered — any event but a round's start
+/// or a compaction, which come before its call — or the run reached its
+/// end or a confirmation, so that an error before it has no chunk ahead of
+/// it.
 struct ChunkWriter {
     meta: CompletionMeta,
-    sender: mpsc::UnboundedSender<Value>,
+    sender: mpsc::UnboundedSender<Streamed>,
+    /// The role chunk has been sent.
+    started: bool,
     /// Text of the main agent's rounds so far has been sent.
     sent_text: bool,
     /// The main agent started a new round since text was last sent.
@@ -221,20 +259,37 @@ struct ChunkWriter {
 }
 
 impl ChunkWriter {
-    fn new(meta: CompletionMeta, sender: mpsc::UnboundedSender<Value>) -> Self {
+    fn new(meta: CompletionMeta, sender: mpsc::UnboundedSender<Streamed>) -> Self {
         Self {
             meta,
             sender,
+            started: false,
             sent_text: false,
             new_round: false,
             round_text: String::new(),
         }
     }
 
-    /// Queues a chunk. A client gone away is noticed by `stream_chat`,
-    /// which then stops the run.
-    fn send(&self, chunk: Value) {
-        let _ = self.sender.send(chunk);
+    /// Queues a chunk, after the role chunk if it is the first. A client
+    /// gone away is noticed by `stream_chat`, which then stops the run.
+    fn send(&mut self, chunk: Value) {
+        self.start();
+        let _ = self.sender.send(Streamed::Chunk(chunk));
+    }
+
+    /// Sends the role chunk, once.
+    fn start(&mut self) {
+        if !self.started {
+            self.started = true;
+            let role = openai::chunk(&self.meta, &json!({"role": "assistant", "content": ""}));
+            let _ = self.sender.send(Streamed::Chunk(role));
+        }
+    }
+
+    /// Ends the stream with `error`: the response's status if nothing was
+    /// sent yet, else an error chunk.
+    fn fail(&self, error: ApiError) {
+        let _ = self.sender.send(Streamed::Failed(error));
     }
 
     /// Sends `text` as content, separated from an earlier round's text.
@@ -257,6 +312,12 @@ impl ChunkWriter {
     }
 
     fn observe(&mut self, event: &AgentEvent) {
+        if !matches!(
+            event,
+            AgentEvent::RoundStarted { .. } | AgentEvent::Compacted { .. }
+        ) {
+            self.start();
+        }
         match event {
             AgentEvent::RoundStarted {
                 caller: Caller::Main,
@@ -274,10 +335,6 @@ impl ChunkWriter {
     }
 
     async fn drive(mut self, state: &AppState, chat: ChatRun, mount: &Mount, include_usage: bool) {
-        self.send(openai::chunk(
-            &self.meta,
-            &json!({"role": "assistant", "content": ""}),
-        ));
         let mut chat = chat;
         let usage = loop {
             match chat.run.advance(|event| self.observe(event)).await {
@@ -300,7 +357,7 @@ impl ChunkWriter {
                 Progress::Finished {
                     result: Err(error), ..
                 } => {
-                    self.send(ApiError::from(error).body());
+                    self.fail(ApiError::from(error));
                     return;
                 }
                 Progress::Pending { run, pending } => {
@@ -313,7 +370,7 @@ impl ChunkWriter {
                     // answer sent at once finds the run.
                     match park(state, &pending, waiting) {
                         Err(error) => {
-                            self.send(error.body());
+                            self.fail(error);
                             return;
                         }
                         // Answered already: the stream goes on with the run.

@@ -98,6 +98,17 @@ impl ApiError {
         )
     }
 
+    /// A 500 `server_error`: the host failed (a panic, logged where it
+    /// happened).
+    pub fn internal() -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorType::ServerError,
+            "internal_error",
+            "the host failed while handling this request; the failure is logged",
+        )
+    }
+
     /// Names the request field at fault.
     pub fn with_param(mut self, param: impl Into<String>) -> Self {
         self.param = Some(param.into()).filter(|param: &String| !param.is_empty());
@@ -344,13 +355,7 @@ pub async fn method_not_allowed(method: Method, OriginalUri(uri): OriginalUri) -
 
 /// A panicking handler: a 500 with a body, never a dropped connection.
 pub fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        ErrorType::ServerError,
-        "internal_error",
-        "the host failed while handling this request; the failure is logged",
-    )
-    .into_response()
+    ApiError::internal().into_response()
 }
 
 #[cfg(test)]

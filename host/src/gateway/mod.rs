@@ -67,7 +67,11 @@
 //! - **Errors** are OpenAI-style bodies, `{"error": {"message", "type",
 //!   "param", "code"}}`, with a 4xx for everything a client can fix (see
 //!   [`errors`]); a 5xx says `x-should-retry: false`, as a retry would run
-//!   a whole run again.
+//!   a whole run again. A streamed chat's response starts once the model
+//!   has answered: a run failing before (the model's server refused the
+//!   conversation or the key, a timeout) is answered with the error's
+//!   status; after it, the error is the stream's last chunk before
+//!   `[DONE]`.
 //! - **Limits**: a body limit and a per-request timeout (defaults on
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
 //!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's
