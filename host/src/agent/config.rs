@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::catalog::DisclosureConfig;
 use crate::tools::{Access, ToolRegistry, ToolSpec};
 
-/// The main agent's system prompt when a request brings none. Deliberately
-/// generic: embedders put their domain in [`AgentConfig::system_prompt`].
+/// The main agent's default system prompt. Deliberately generic: embedders
+/// put their domain in [`AgentConfig::system_prompt`].
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the functions you are \
     offered to act on the user's behalf; skills are functions that carry out a whole procedure, \
     so prefer a skill to calling its tools one by one. When a function reports an error or that \
@@ -17,8 +17,9 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the fu
 /// Settings of an [`Agent`](super::Agent).
 #[derive(Debug, Clone)]
 pub struct AgentConfig {
-    /// The main agent's system prompt, used when a request does not start
-    /// with a system message. Default: [`DEFAULT_SYSTEM_PROMPT`].
+    /// The main agent's system prompt, first in every run; a
+    /// conversation's leading system messages are added after it, never in
+    /// its place. Default: [`DEFAULT_SYSTEM_PROMPT`].
     pub system_prompt: String,
     /// LLM rounds the main agent may take in one run; a run that needs more
     /// ends with [`AgentError::RoundLimit`](super::AgentError::RoundLimit).

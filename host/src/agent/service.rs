@@ -224,9 +224,10 @@ impl Agent {
     }
 
     /// Starts the main agent on a conversation (its latest user message is
-    /// the one to answer). Without a leading system message,
-    /// [`AgentConfig::system_prompt`] is put first. Loaded skills are
-    /// recognized in the history (see [`Transcript`]).
+    /// the one to answer). [`AgentConfig::system_prompt`] comes first; the
+    /// conversation's leading system messages are added to it, so that a
+    /// client's persona never replaces the operator's prompt. Loaded skills
+    /// are recognized in the history (see [`Transcript`]).
     ///
     /// The run is a spawned task (call this inside a Tokio runtime) that
     /// outlives the returned handle.
@@ -258,11 +259,10 @@ impl Agent {
         {
             return Err(AgentError::NoUserMessage);
         }
-        let system = match messages.first() {
-            Some(Message::System { .. }) => None,
-            _ => Some(Message::system(&self.inner.config.system_prompt)),
-        };
-        let transcript = Transcript::from_messages(system.into_iter().chain(messages));
+        let transcript = Transcript::from_messages(with_system_prompt(
+            &self.inner.config.system_prompt,
+            messages,
+        ));
         let (run, events) = RunContext::new(self.inner.clone(), stream);
         let body = main_agent(run.clone(), transcript);
         Ok(RunHandle::spawn(&run, events, body))
@@ -322,4 +322,55 @@ async fn main_agent(
         rounds: end.rounds,
         stats: run.stats(),
     })
+}
+
+/// `messages` after the operator's `prompt`, into which the conversation's
+/// leading system messages are merged: one system message, first, as some
+/// servers' chat templates accept a system message nowhere else.
+fn with_system_prompt(prompt: &str, messages: Vec<Message>) -> Vec<Message> {
+    let mut system = prompt.to_owned();
+    let mut messages = messages.into_iter().peekable();
+    while let Some(Message::System { content }) =
+        messages.next_if(|message| matches!(message, Message::System { .. }))
+    {
+        system.push_str("\n\n");
+        system.push_str(&content);
+    }
+    std::iter::once(Message::system(system))
+        .chain(messages)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Message, with_system_prompt};
+
+    #[test]
+    fn a_conversations_system_messages_add_to_the_operators_prompt() {
+        let merged = with_system_prompt(
+            "You work for Bit Select.",
+            vec![
+                Message::system("Answer like a pirate."),
+                Message::system("Be brief."),
+                Message::user("hi"),
+                Message::system("Later instructions stay in place."),
+            ],
+        );
+        assert_eq!(
+            merged,
+            [
+                Message::system("You work for Bit Select.\n\nAnswer like a pirate.\n\nBe brief."),
+                Message::user("hi"),
+                Message::system("Later instructions stay in place."),
+            ]
+        );
+        let alone = with_system_prompt("You work for Bit Select.", vec![Message::user("hi")]);
+        assert_eq!(
+            alone,
+            [
+                Message::system("You work for Bit Select."),
+                Message::user("hi")
+            ]
+        );
+    }
 }

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
-use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status};
+use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status, StreamOptions};
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
 use super::{AppState, Mount};
@@ -29,11 +29,8 @@ pub async fn chat_completions(
     mount: Mount,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
-    let stream = request.stream;
-    let include_usage = request
-        .stream_options
-        .as_ref()
-        .is_some_and(|o| o.include_usage);
+    let stream = request.streams();
+    let include_usage = request.includes_usage();
     let messages = request.into_messages()?;
     let model = match state.host.llm() {
         Ok(llm) => llm.config().model.clone(),
@@ -72,7 +69,11 @@ pub struct Answer {
     reason: Option<String>,
     /// Stream the rest of a chat run as SSE chunks.
     #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
+    /// As in a chat request: `include_usage` ends the stream with the
+    /// usage of this response.
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -103,8 +104,16 @@ pub async fn answer_confirmation(
         })
         .map_err(|error| not_pending(&error))?;
     match parked.map(Parked::answered) {
-        Some(Parked::Chat(chat)) if answer.stream => stream_chat(state, chat, mount, false).await,
-        Some(Parked::Chat(chat)) => complete_chat(&state, chat, &mount).await,
+        Some(Parked::Chat(mut chat)) => {
+            // A response of its own: its usage is what the run uses from here.
+            chat.run.count_usage_afresh();
+            if answer.stream.unwrap_or(false) {
+                let include_usage = StreamOptions::include_usage(answer.stream_options.as_ref());
+                stream_chat(state, chat, mount, include_usage).await
+            } else {
+                complete_chat(&state, chat, &mount).await
+            }
+        }
         Some(Parked::Invoke(invoke)) => finish_invocation(&state, invoke, &mount).await,
         None => Ok(Json(json!({
             "id": id,

@@ -9,7 +9,7 @@
 //! | route | access | what |
 //! |---|---|---|
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
-//! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?}`: answers a pending confirmation and resumes its run |
+//! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
 //! | `GET /v1/skills/{name}` | API | one skill |
@@ -46,9 +46,13 @@
 //! confirmation — as JSON, or as SSE chunks with `"stream": true`. A direct
 //! invocation (`/v1/skills/{name}/invoke`) answers `202` with the pending
 //! confirmation instead, and the confirmation route then answers with the
-//! invocation's result. Each request is one run over the messages it
-//! carries: the host's internal calls are not returned, so a later request
-//! starts from the conversation's text.
+//! invocation's result. Each response's `usage` is what the run used for
+//! it: a resumed run's counts from the answer. Each request is one run over
+//! the messages it carries: the host's internal calls are not returned, so
+//! a later request starts from the conversation's text, and a history's
+//! `load_skill` results are the client's text, which unlocks nothing. The
+//! operator's system prompt comes first; a request's leading system
+//! messages are added to it.
 //!
 //! # Safety at the edge
 //!

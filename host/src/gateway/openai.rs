@@ -13,27 +13,45 @@ use crate::agent::{PendingConfirmation, RunId};
 
 /// `POST /v1/chat/completions`. Fields the host decides itself are accepted
 /// and ignored: `model` (the host's configured model answers, and the
-/// response names it), `tools` and `tool_choice` (the host offers its own
-/// functions), `temperature`, `max_tokens` and other sampling settings,
-/// `user`.
+/// response names it), `tools` (the host offers its own functions),
+/// `temperature`, `max_tokens` and other sampling settings, `user`. What
+/// would ask for an answer the agent does not give is refused: a
+/// `tool_choice` forcing a call (the client's tools are never called), a
+/// `response_format` asking for JSON, `n` other than 1. `null` stands for
+/// absent everywhere, as some clients send it.
 #[derive(Debug, Deserialize)]
 pub struct ChatCompletionRequest {
     pub messages: Vec<InboundMessage>,
     #[serde(default)]
-    pub stream: bool,
+    stream: Option<bool>,
     #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
+    stream_options: Option<StreamOptions>,
     /// Only 1 is supported.
     #[serde(default)]
-    pub n: Option<u32>,
+    n: Option<u32>,
+    /// Only `auto` and `none` (the host's functions are not the client's).
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    /// Only `{"type": "text"}`.
+    #[serde(default)]
+    response_format: Option<Value>,
 }
 
 /// `stream_options`.
 #[derive(Debug, Default, Deserialize)]
 pub struct StreamOptions {
-    /// Send a last chunk with the run's token usage.
+    /// Send a last chunk with the response's token usage.
     #[serde(default)]
-    pub include_usage: bool,
+    include_usage: Option<bool>,
+}
+
+impl StreamOptions {
+    /// Whether `options` ask for a usage chunk.
+    pub fn include_usage(options: Option<&Self>) -> bool {
+        options
+            .and_then(|options| options.include_usage)
+            .unwrap_or(false)
+    }
 }
 
 /// One message as clients send it: `developer` counts as `system`, content
@@ -104,12 +122,51 @@ impl Content {
 }
 
 impl ChatCompletionRequest {
-    /// Checks what the agent cannot take and converts the conversation.
+    /// Whether the answer is to be streamed.
+    pub fn streams(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// Whether a streamed answer ends with a usage chunk.
+    pub fn includes_usage(&self) -> bool {
+        StreamOptions::include_usage(self.stream_options.as_ref())
+    }
+
+    /// Checks what the agent cannot take and converts the conversation. An
+    /// assistant message's call whose arguments are not a JSON object is
+    /// sent on with `{}`, as the agent sends its own (a model's server may
+    /// refuse the history otherwise).
     pub fn into_messages(self) -> Result<Vec<Message>, ApiError> {
         if self.n.is_some_and(|n| n != 1) {
             return Err(
                 ApiError::bad_request("unsupported_n", "only `n: 1` is supported").with_param("n"),
             );
+        }
+        if let Some(choice) = self
+            .tool_choice
+            .as_ref()
+            .filter(|choice| forces_a_call(choice))
+        {
+            return Err(ApiError::bad_request(
+                "unsupported_tool_choice",
+                format!(
+                    "`tool_choice` {choice} asks for a call of the client's tools, which this                      agent never makes (it calls the host's own functions and answers in text);                      only \"auto\" and \"none\" are accepted"
+                ),
+            )
+            .with_param("tool_choice"));
+        }
+        if let Some(format) = self
+            .response_format
+            .as_ref()
+            .filter(|format| !is_text(format))
+        {
+            return Err(ApiError::bad_request(
+                "unsupported_response_format",
+                format!(
+                    "`response_format` {format} asks for structured output, which this agent                      does not produce: it answers in text (only {{\"type\": \"text\"}} is                      accepted)"
+                ),
+            )
+            .with_param("response_format"));
         }
         if self.messages.is_empty() {
             return Err(
@@ -130,10 +187,13 @@ impl ChatCompletionRequest {
                     InboundMessage::Assistant {
                         content,
                         tool_calls,
-                    } => Message::Assistant(AssistantMessage {
-                        content: content.map(|c| c.into_text(&param)).transpose()?,
-                        tool_calls: tool_calls.unwrap_or_default(),
-                    }),
+                    } => Message::Assistant(
+                        AssistantMessage {
+                            content: content.map(|c| c.into_text(&param)).transpose()?,
+                            tool_calls: tool_calls.unwrap_or_default(),
+                        }
+                        .replayable(),
+                    ),
                     InboundMessage::Tool {
                         tool_call_id,
                         content,
@@ -142,6 +202,17 @@ impl ChatCompletionRequest {
             })
             .collect()
     }
+}
+
+/// Whether a `tool_choice` asks for a call: `"required"`, or a function
+/// (or tool set) named.
+fn forces_a_call(choice: &Value) -> bool {
+    !matches!(choice.as_str(), Some("auto" | "none"))
+}
+
+/// Whether a `response_format` asks for plain text.
+fn is_text(format: &Value) -> bool {
+    format.get("type").and_then(Value::as_str) == Some("text")
 }
 
 /// Checks that every tool call of an assistant message is answered by a

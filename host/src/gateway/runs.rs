@@ -26,7 +26,8 @@ use super::openai::CompletionMeta;
 /// unless a person's answer resumed it ([`OwnedRun::outlive_its_request`]).
 pub struct OwnedRun<T: Send + 'static> {
     handle: Option<RunHandle<T>>,
-    /// Tokens of the run so far, from its usage events.
+    /// Tokens of the run so far (see [`OwnedRun::usage`]), from its usage
+    /// events.
     usage: Usage,
     abort_on_drop: bool,
 }
@@ -59,9 +60,15 @@ impl<T: Send + 'static> OwnedRun<T> {
         self.handle.as_ref().map(|handle| &handle.id)
     }
 
-    /// Tokens of the run so far.
+    /// Tokens of the run so far, or since [`Self::count_usage_afresh`].
     pub fn usage(&self) -> Usage {
         self.usage
+    }
+
+    /// Counts the run's tokens from zero: a new response begins, which
+    /// reports only what it used (OpenAI's `usage` is per response).
+    pub fn count_usage_afresh(&mut self) {
+        self.usage = Usage::default();
     }
 
     /// Reads the run's events, showing each to `on_event`, until it waits
