@@ -495,6 +495,123 @@ async fn identical_calls_are_refused_then_stop_the_run() {
 }
 
 #[tokio::test]
+async fn the_last_round_must_answer_and_its_calls_are_not_executed() {
+    // A sub-agent that keeps calling: rounds 1-4 look orders up, round 5
+    // would write the refund, with no round left to tell anyone.
+    let mut steps = vec![Step::tool_call(
+        "processRefund",
+        json!({"orderId": "88231", "reason": "broken"}),
+    )];
+    steps.extend(
+        (1..=4).map(|n| Step::tool_call("queryOrder", json!({"orderId": format!("8823{n}")}))),
+    );
+    steps.push(Step::tool_call(
+        "applyRefund",
+        json!({"orderId": "88231", "reason": "broken"}),
+    ));
+    steps.push(Step::text("The refund could not be completed."));
+    let llm_only = AgentConfig {
+        use_steps: false,
+        ..config()
+    };
+    let (shop, llm, agent) = shop_and_agent(steps, llm_only).await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Approve).await;
+    finished.result.expect("the main agent answers");
+    let requests = llm.requests();
+    // The sub-agent's rounds 1-4 may call; its round 5 is asked for text.
+    let choices: Vec<&Value> = requests[1..=5]
+        .iter()
+        .map(|request| &request.body["tool_choice"])
+        .collect();
+    assert_eq!(
+        choices,
+        [
+            &Value::Null,
+            &Value::Null,
+            &Value::Null,
+            &Value::Null,
+            &json!("none")
+        ]
+    );
+    // Its functions are still listed, as the history holds calls of them.
+    assert!(!requests[5].tool_names().is_empty());
+    // The write of the last round did not run, and nobody was asked.
+    let sub_agent = Caller::Skill(skill("processRefund"));
+    let (tool, _, outcome) = calls_of(&finished.events, &sub_agent).pop().unwrap();
+    assert_eq!(tool, "applyRefund");
+    assert!(
+        refusal(&outcome).contains("last of 5 rounds"),
+        "{outcome:?}"
+    );
+    assert!(confirmations(&finished.events).is_empty());
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+    // The main agent heard the skill gave up.
+    assert!(matches!(
+        &skill_outcomes(&finished.events)[0],
+        CallOutcome::Failed { error } if error.contains("5 rounds")
+    ));
+}
+
+#[tokio::test]
+async fn calls_past_the_answers_limit_and_repeated_writes_are_not_executed() {
+    let lookups =
+        ["88231", "99001", "88239", "88240"].map(|id| ("queryOrder", json!({"orderId": id})));
+    let refund = || {
+        (
+            "applyRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        )
+    };
+    let steps = vec![
+        // Four lookups, one more than an answer may run.
+        Step::tool_calls(lookups),
+        // The same refund twice in one answer.
+        Step::tool_calls([refund(), refund()]),
+        Step::text("Refunded once."),
+    ];
+    let mut public = config();
+    public.max_calls_per_answer = 3;
+    public.disclosure.keep_public.insert("applyRefund".into());
+    let (shop, llm, agent) = shop_and_agent(steps, public).await;
+    let finished = ask_deciding(&agent, REFUND_REQUEST, Decision::Approve).await;
+    assert_eq!(finished.result.unwrap().answer, "Refunded once.");
+    let calls = calls_of(&finished.events, &Caller::Main);
+    let outcomes: Vec<(&str, &str)> = calls
+        .iter()
+        .map(|(tool, _, outcome)| {
+            let kind = match outcome {
+                CallOutcome::Done { .. } => "done",
+                CallOutcome::Refused { .. } => "refused",
+                CallOutcome::Failed { .. } => "failed",
+                CallOutcome::Declined { .. } => "declined",
+            };
+            (tool.as_str(), kind)
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("queryOrder", "done"),
+            ("queryOrder", "done"),
+            ("queryOrder", "done"),
+            ("queryOrder", "refused"),
+            ("applyRefund", "done"),
+            ("applyRefund", "failed"),
+        ]
+    );
+    let told = tool_result(llm.requests()[1].messages(), "call_1_3");
+    assert!(told.contains("at most 3 calls of one answer"), "{told}");
+    let told = tool_result(llm.requests()[2].messages(), "call_2_1");
+    assert!(
+        told.contains("already ran with these same arguments"),
+        "{told}"
+    );
+    // One refund, and one person asked once.
+    assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
+    assert_eq!(confirmations(&finished.events).len(), 1);
+}
+
+#[tokio::test]
 async fn an_llm_failure_ends_the_run_with_a_typed_error() {
     let failures = (0..4)
         .map(|_| Step::error(500, "upstream exploded"))

@@ -21,14 +21,24 @@ pub struct AgentConfig {
     /// conversation's leading system messages are added after it, never in
     /// its place. Default: [`DEFAULT_SYSTEM_PROMPT`].
     pub system_prompt: String,
-    /// LLM rounds the main agent may take in one run; a run that needs more
-    /// ends with [`AgentError::RoundLimit`](super::AgentError::RoundLimit).
+    /// LLM rounds the main agent may take in one run. The last one asks
+    /// the model to answer in text (`tool_choice: "none"`); calls it makes
+    /// anyway are refused unexecuted (nobody would read their results) and
+    /// the run ends with
+    /// [`AgentError::RoundLimit`](super::AgentError::RoundLimit).
     /// Default: 10 (issue 4) — the articles' flows take 2 or 3.
     pub max_rounds: u32,
-    /// LLM rounds a skill's sub-agent may take in one invocation; a skill
-    /// that needs more fails, and the main agent is told. Default: 5
-    /// (article 003's scoped sub-agent).
+    /// LLM rounds a skill's sub-agent may take in one invocation, the last
+    /// one as [`Self::max_rounds`]'s; a skill whose model still calls
+    /// fails, and the main agent is told. Default: 5 (article 003's scoped
+    /// sub-agent).
     pub skill_max_rounds: u32,
+    /// How many calls of one answer of the model run; the rest are refused
+    /// unexecuted, and the model is told to make them in its next answer.
+    /// Default: 16 — above the parallel calls a task needs, and a bound on
+    /// what one answer (up to 16 MiB) can set off: each call of a skill may
+    /// start a sub-agent of its own.
+    pub max_calls_per_answer: u32,
     /// How many identical calls (same function, same arguments up to key
     /// order) one loop may make. The call that reaches this number is not
     /// executed; the model is told it repeats itself. One more ends the loop
@@ -60,6 +70,7 @@ impl Default for AgentConfig {
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
             max_rounds: 10,
             skill_max_rounds: 5,
+            max_calls_per_answer: 16,
             max_identical_calls: 3,
             context_budget: 32_000,
             use_steps: true,

@@ -3,8 +3,10 @@
 //! Each round: fit the transcript to the context budget, compute the
 //! function list (for the main agent, from the catalog and the skills loaded
 //! in the transcript — never carried over from the previous round), call the
-//! LLM, then execute the calls of its answer in order, appending one result
-//! message per call. A round whose answer has no calls ends the loop.
+//! LLM, then execute the calls of its answer in order (at most
+//! `max_calls_per_answer`), appending one result message per call. A
+//! round whose answer has no calls ends the loop; the last round allowed
+//! asks for such an answer, and its calls, if any, are not executed.
 //!
 //! Nothing the model writes makes the host fail: unparsable or invalid
 //! arguments, unknown names, masked, absorbed and out-of-scope functions
@@ -19,7 +21,7 @@ use tracing::{Instrument, Span, field};
 use super::AgentError;
 use super::catalog::{Callable, Functions, Refusal};
 use super::events::{AgentEvent, CallOutcome, Caller};
-use super::llm::{ChatRequest, FinishReason, Message, ToolCall};
+use super::llm::{ChatRequest, FinishReason, Message, ToolCall, ToolChoice};
 use super::run::RunContext;
 use super::skill;
 use super::transcript::{Transcript, load_result};
@@ -212,7 +214,17 @@ impl<S: Scope> Loop<'_, S> {
             functions: functions.names(),
             tokens: transcript.tokens() + functions.tokens,
         });
-        let request = ChatRequest::new(transcript.messages()).with_tools(functions.definitions);
+        // The last round must answer: calls would be made with no round
+        // left to read their results.
+        let last = round == self.max_rounds;
+        let choice = if last {
+            ToolChoice::TextOnly
+        } else {
+            ToolChoice::Auto
+        };
+        let request = ChatRequest::new(transcript.messages())
+            .with_tools(functions.definitions)
+            .with_tool_choice(choice);
         let response = self.run.chat(&self.caller, request).await?;
         let calls = response.message.tool_calls.clone();
         let text = response.message.content.clone();
@@ -237,11 +249,46 @@ impl<S: Scope> Loop<'_, S> {
                 rounds: round,
             }));
         }
-        for call in &calls {
-            let content = self.execute(call, &loaded, repeats).await?;
+        if last {
+            for call in &calls {
+                let reason = format!(
+                    "not executed: this was the last of {} rounds, which must answer in text",
+                    self.max_rounds
+                );
+                self.refuse(call, reason);
+            }
+            return Err(AgentError::RoundLimit {
+                caller: self.caller.clone(),
+                rounds: self.max_rounds,
+            });
+        }
+        let most = self.run.agent.config.max_calls_per_answer as usize;
+        for (index, call) in calls.iter().enumerate() {
+            let content = if index < most {
+                self.execute(call, &loaded, repeats).await?
+            } else {
+                let reason = format!(
+                    "not executed: at most {most} calls of one answer run; make it in your \
+                     next answer if it is still needed"
+                );
+                self.refuse(call, reason)
+            };
             transcript.push(Message::tool(&call.id, call.name(), content));
         }
         Ok(None)
+    }
+
+    /// Refuses `call` unexecuted, whatever its arguments; returns what the
+    /// model is told.
+    fn refuse(&self, call: &ToolCall, reason: String) -> String {
+        let arguments = call
+            .parse_arguments()
+            .unwrap_or_else(|_| Value::String(call.function.arguments.clone()));
+        let refused = Call {
+            name: call.name().to_owned(),
+            arguments,
+        };
+        refused.refuse(self.run, &self.caller, reason)
     }
 
     /// Compacts the transcript if it is over budget, and returns this
@@ -271,16 +318,13 @@ impl<S: Scope> Loop<'_, S> {
         loaded: &BTreeSet<SkillName>,
         repeats: &mut RepeatGuard,
     ) -> Result<String, AgentError> {
-        let name = call.name().to_owned();
-        let parsed = call.parse_arguments();
-        let raw = || Value::String(call.function.arguments.clone());
-        let call = Call {
-            name,
-            arguments: parsed.clone().unwrap_or_else(|_| raw()),
+        let call = match call.parse_arguments() {
+            Ok(arguments) => Call {
+                name: call.name().to_owned(),
+                arguments,
+            },
+            Err(reason) => return Ok(self.refuse(call, reason)),
         };
-        if let Err(reason) = parsed {
-            return Ok(call.refuse(self.run, &self.caller, reason));
-        }
         match repeats.record(&call.name, &call.arguments) {
             Repeat::First => {}
             Repeat::Refuse { earlier } => {

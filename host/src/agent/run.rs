@@ -8,6 +8,7 @@
 //! own — with an answer, an error, or a declined confirmation once it
 //! expires. [`RunHandle::abort`] stops it early.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -26,7 +27,7 @@ use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::skills::{Manifest, SkillName, SkillSnapshot};
-use crate::tools::{ToolCallSpan, ToolError};
+use crate::tools::{Access, ToolCallSpan, ToolError};
 
 /// LLM calls and tokens of one run, sub-agents included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -273,6 +274,9 @@ pub(super) struct RunContext {
     milestones: Arc<Milestones>,
     tracker: Option<Mutex<RunTracker>>,
     stats: Mutex<RunStats>,
+    /// The write calls that ran, as (tool, arguments as JSON text): one
+    /// with the same arguments is not run again in this run.
+    writes_done: Mutex<HashSet<(String, String)>>,
 }
 
 impl RunContext {
@@ -300,6 +304,7 @@ impl RunContext {
             milestones: Arc::default(),
             tracker,
             stats: Mutex::default(),
+            writes_done: Mutex::default(),
         };
         (Arc::new(run), receiver)
     }
@@ -428,6 +433,23 @@ impl RunContext {
         span.resolved(registered.spec(), &arguments);
         // Nobody is asked to approve a call that cannot run.
         registered.validate(&arguments)?;
+        // A model that repeats a write (twice in one answer, or after a
+        // skill already made it) would otherwise cancel, pay or refund
+        // twice; nobody is asked to approve the repeat either. serde_json's
+        // maps are sorted, so key order does not matter.
+        let write = (registered.spec().access == Access::Write)
+            .then(|| (tool.to_owned(), arguments.to_string()));
+        if let Some(write) = &write
+            && self.writes_done().contains(write)
+        {
+            return Err(ToolError::NotPermitted {
+                tool: tool.to_owned(),
+                reason: "it already ran with these same arguments in this run, and a write runs \
+                         once: use its earlier result"
+                    .to_owned(),
+            }
+            .into());
+        }
         let policy = &self.agent.config.confirmation;
         if policy.requires(registered.spec()) {
             let ticket = self.agent.confirmations.open(
@@ -450,7 +472,17 @@ impl RunContext {
                 return Err(CallError::Declined(why));
             }
         }
-        Ok(span.execute(registered, arguments).await?)
+        let result = span.execute(registered, arguments).await?;
+        if let Some(write) = write {
+            self.writes_done().insert(write);
+        }
+        Ok(result)
+    }
+
+    fn writes_done(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
+        self.writes_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// [`Self::call_tool`], reported as a [`AgentEvent::ToolCalled`] event
@@ -515,6 +547,10 @@ pub(super) struct Journal {
     /// The WASI randomness and clocks every attempt shares, from the first
     /// attempt that used WASI.
     wasi: Option<WasiSources>,
+    /// How the current attempt's calls departed from the journal, if they
+    /// did: from there on no call of the attempt runs, and the invocation
+    /// fails ([`Journal::take_divergence`]).
+    divergence: Option<String>,
 }
 
 struct AnsweredCall {
@@ -546,26 +582,43 @@ impl Journal {
 
     /// Whether the current attempt has calls of the journal still to make.
     fn replaying(&self) -> bool {
-        self.replayed < self.answered.len()
+        self.divergence.is_none() && self.replayed < self.answered.len()
     }
 
     /// The recorded answer when the attempt is replaying: the answer given
-    /// before, or an error when the steps now make a different call.
+    /// before. Once the steps make a different call, that call and every
+    /// later one of the attempt are refused unexecuted: past the change, a
+    /// call could repeat a write that already ran (after its approval).
     fn replay(&mut self, tool: &str, arguments: &Value) -> Option<Result<Value, ToolError>> {
+        const NOT_EXECUTED: &str = "not executed: after an approval, the steps made other \
+                                    calls than before, so the invocation ends";
+        if self.divergence.is_some() {
+            return Some(Err(ToolError::Failed(NOT_EXECUTED.to_owned())));
+        }
         let before = self.answered.get(self.replayed)?;
         self.replayed += 1;
         if before.tool == tool && before.arguments == *arguments {
             return Some(before.answer.clone());
         }
-        let changed = if before.tool == tool {
+        self.divergence = Some(if before.tool == tool {
             format!("called `{tool}` with other arguments than before")
         } else {
             format!("called `{tool}` where they had called `{}`", before.tool)
-        };
-        Some(Err(ToolError::Failed(format!(
-            "not executed: run again after an approval, the steps {changed}; deterministic \
-             steps must make the same calls given the same input and answers"
-        ))))
+        });
+        Some(Err(ToolError::Failed(NOT_EXECUTED.to_owned())))
+    }
+
+    /// How the last attempt departed from the journal, if it did, and the
+    /// tools its calls ran before (a declined call did not run).
+    pub(super) fn take_divergence(&mut self) -> Option<(String, Vec<String>)> {
+        let divergence = self.divergence.take()?;
+        let ran = self
+            .answered
+            .iter()
+            .filter(|call| !matches!(call.answer, Err(ToolError::Declined(_))))
+            .map(|call| call.tool.clone())
+            .collect();
+        Some((divergence, ran))
     }
 }
 
@@ -677,12 +730,36 @@ mod tests {
             journal.replay("queryOrder", &order),
             Some(Ok(json!({"status": "delivered"})))
         );
+        assert!(journal.replaying());
         let Some(Err(ToolError::Failed(why))) = journal.replay("applyRefund", &json!({})) else {
             panic!("a call with other arguments was answered");
         };
         assert!(why.starts_with("not executed"), "{why}");
+        // Past the change, nothing of the attempt runs, even past the
+        // journal's end; and no call is replayed any more.
         assert!(!journal.replaying());
+        assert!(matches!(
+            journal.replay("applyRefund", &json!({"orderId": "88231"})),
+            Some(Err(ToolError::Failed(_)))
+        ));
+        let (change, ran) = journal.take_divergence().expect("the attempt diverged");
+        assert_eq!(
+            change,
+            "called `applyRefund` with other arguments than before"
+        );
+        // The declined write did not run.
+        assert_eq!(ran, ["queryOrder"]);
+    }
+
+    #[test]
+    fn an_attempt_that_keeps_to_the_journal_goes_on_past_it() {
+        let mut journal = Journal::default();
+        let order = json!({"orderId": "88231"});
+        journal.record("queryOrder".into(), order.clone(), Ok(json!({})));
+        journal.replayed = 0;
+        assert_eq!(journal.replay("queryOrder", &order), Some(Ok(json!({}))));
         // Past the journal, calls are new: the dispatcher makes them.
         assert_eq!(journal.replay("applyRefund", &json!({})), None);
+        assert!(journal.take_divergence().is_none());
     }
 }

@@ -21,6 +21,7 @@ use super::react::{Loop, SkillScope};
 use super::run::{Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
 use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
+use crate::skills::SkillName;
 
 /// Runs `skill` on `input` (already validated against its parameters) and
 /// returns its outcome, reported as
@@ -70,6 +71,27 @@ pub(super) async fn invoke(
     Ok(outcome)
 }
 
+/// Why a skill's deterministic steps gave no result.
+#[derive(Debug, thiserror::Error)]
+enum StepsFailed {
+    #[error(transparent)]
+    Invoke(#[from] InvokeError),
+    /// Run again after an approval, the steps made other calls than before:
+    /// they are stopped there, and the calls that already ran are named,
+    /// so that nobody runs them again believing they did not.
+    #[error(
+        "skill `{skill}` was stopped: run again after an approval, its steps {change}, and \
+         deterministic steps must make the same calls given the same input and answers; \
+         already executed: {}",
+        if ran.is_empty() { "nothing".to_owned() } else { ran.join(", ") }
+    )]
+    Diverged {
+        skill: SkillName,
+        change: String,
+        ran: Vec<String>,
+    },
+}
+
 /// Runs the skill's deterministic steps. When a call needs a person's
 /// approval, the invocation is suspended (its instance released), the call
 /// is confirmed and executed here, and the steps run again with the calls
@@ -79,18 +101,27 @@ async fn run_steps(
     run: &Arc<RunContext>,
     skill: &SkillComponent,
     input: &Value,
-) -> Result<RunReport, InvokeError> {
+) -> Result<RunReport, StepsFailed> {
     let mut journal = Journal::default();
     loop {
         let dispatch = Arc::new(StepsDispatch::new(run.clone(), skill.manifest(), journal));
         let result = skill.run(input, dispatch.clone()).await;
         journal = dispatch.take_journal();
+        // Whatever the steps made of the refusal, they did not do what was
+        // approved in the way it was approved.
+        if let Some((change, ran)) = journal.take_divergence() {
+            return Err(StepsFailed::Diverged {
+                skill: skill.name().clone(),
+                change,
+                ran,
+            });
+        }
         // Only the dispatcher suspends the steps, and it parks the call
         // first; anything else is the invocation's end.
         let (Err(InvokeError::Suspended { .. }), Some((tool, arguments))) =
             (&result, journal.take_parked())
         else {
-            return result;
+            return Ok(result?);
         };
         let caller = Caller::Skill(skill.name().clone());
         let answer = run

@@ -14,7 +14,8 @@ use tracing::{Instrument, field};
 use super::config::{ConfigError, LlmConfig};
 use super::sse::{LineDecoder, StreamAssembler};
 use super::types::{
-    AssistantMessage, ChatRequest, ChatResponse, StreamOptions, WireCompletion, WireRequest,
+    AssistantMessage, ChatRequest, ChatResponse, StreamOptions, ToolChoice, WireCompletion,
+    WireRequest,
 };
 use super::{LlmError, MAX_RESPONSE_BYTES, api_error, error_body_message, retry, snippet};
 use crate::text::error_chain;
@@ -212,6 +213,8 @@ impl LlmClient {
             model: &config.model,
             messages: &request.messages,
             tools: &request.tools,
+            tool_choice: (request.tool_choice == ToolChoice::TextOnly && !request.tools.is_empty())
+                .then_some("none"),
             temperature: request.temperature,
             stream,
             stream_options: stream.then_some(StreamOptions {

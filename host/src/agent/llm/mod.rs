@@ -33,7 +33,7 @@ pub use config::{
 };
 pub use types::{
     AssistantMessage, ChatRequest, ChatResponse, FinishReason, FunctionCall, FunctionDefinition,
-    Message, ToolCall, ToolDefinition, ToolType, Usage,
+    Message, ToolCall, ToolChoice, ToolDefinition, ToolType, Usage,
 };
 
 /// Why an LLM call failed.

@@ -410,6 +410,8 @@ pub struct ChatRequest {
     /// a round's list reuses the catalog's definitions instead of copying
     /// their schemas.
     pub tools: Vec<Arc<ToolDefinition>>,
+    /// Whether the model may call [`Self::tools`].
+    pub tool_choice: ToolChoice,
     /// Sampling temperature; `None` leaves the server's default.
     pub temperature: Option<f32>,
     /// Overrides [`LlmConfig::stream`](super::LlmConfig::stream) for this
@@ -439,6 +441,12 @@ impl ChatRequest {
         self
     }
 
+    /// Lets the model call the functions offered, or not.
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = choice;
+        self
+    }
+
     /// Streams (or not) regardless of the config's default.
     pub fn with_stream(mut self, stream: bool) -> Self {
         self.stream = Some(stream);
@@ -452,6 +460,18 @@ impl ChatRequest {
     }
 }
 
+/// Whether the model may call the functions a request offers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// As the model decides: `tool_choice` is left out (the server's
+    /// default, `auto`).
+    #[default]
+    Auto,
+    /// The model must answer in text: `"none"`. The functions are still
+    /// listed, so that a history holding calls of them stays valid.
+    TextOnly,
+}
+
 /// The request body on the wire.
 #[derive(Debug, Serialize)]
 pub(super) struct WireRequest<'a> {
@@ -459,6 +479,9 @@ pub(super) struct WireRequest<'a> {
     pub messages: &'a [Message],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub tools: &'a [Arc<ToolDefinition>],
+    /// `"none"` or left out; never sent without tools, which servers refuse.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
     pub stream: bool,
@@ -477,8 +500,8 @@ pub(super) struct StreamOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatResponse {
     /// The model's turn, ready to be appended to the conversation. Tool calls
-    /// the server sent without an id get a unique `call_<n>` (`n` =
-    /// position).
+    /// the server sent without an id, or with an earlier call's, get a
+    /// unique `call_<n>` (`n` = position).
     pub message: AssistantMessage,
     /// Why generation stopped; `None` if the server did not say.
     pub finish_reason: Option<FinishReason>,
@@ -492,7 +515,10 @@ pub struct ChatResponse {
 
 impl ChatResponse {
     /// Normalizes what servers do differently: empty content becomes `None`,
-    /// missing tool-call ids are synthesized, missing totals are computed.
+    /// a tool call without an id, or with the id of an earlier call of the
+    /// answer, gets one of its own (each result message answers one call by
+    /// its id, and servers refuse a history where two share one), missing
+    /// totals are computed.
     pub(super) fn normalized(mut self) -> Self {
         if self.message.content.as_deref() == Some("") {
             self.message.content = None;
@@ -503,8 +529,9 @@ impl ChatResponse {
             .iter()
             .map(|call| call.id.clone())
             .collect();
+        let mut given = HashSet::new();
         for (n, call) in self.message.tool_calls.iter_mut().enumerate() {
-            if call.id.is_empty() {
+            if call.id.is_empty() || given.contains(&call.id) {
                 let mut id = format!("call_{n}");
                 while taken.contains(&id) {
                     id.push('_');
@@ -512,6 +539,7 @@ impl ChatResponse {
                 taken.insert(id.clone());
                 call.id = id;
             }
+            given.insert(call.id.clone());
         }
         self.usage = self.usage.map(Usage::normalized);
         self
@@ -688,6 +716,7 @@ mod tests {
             model: "m",
             messages: &messages,
             tools: &[],
+            tool_choice: None,
             temperature: None,
             stream: false,
             stream_options: None,
@@ -696,6 +725,31 @@ mod tests {
             serde_json::to_value(&body).unwrap(),
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": false})
         );
+    }
+
+    #[test]
+    fn each_call_of_an_answer_gets_an_id_of_its_own() {
+        let call = |id: &str| ToolCall::new(id, "queryOrder", "{}");
+        let response = ChatResponse {
+            message: AssistantMessage {
+                content: None,
+                tool_calls: vec![call("c1"), call(""), call("c1"), call("call_1"), call("")],
+            },
+            finish_reason: None,
+            usage: None,
+            model: None,
+            id: None,
+        }
+        .normalized();
+        let ids: Vec<&str> = response
+            .message
+            .tool_calls
+            .iter()
+            .map(|call| call.id.as_str())
+            .collect();
+        // The server's ids stay where they are first; the others are new
+        // and unlike any of the answer's.
+        assert_eq!(ids, ["c1", "call_1_", "call_2", "call_1", "call_4"]);
     }
 
     #[test]
