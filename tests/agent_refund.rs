@@ -5,6 +5,7 @@
 //! `inquireOrderStatus`; keep-public `queryOrder`, `searchKnowledge`,
 //! `getCurrentTime`, so `applyRefund` and `queryLogistics` are absorbed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -15,6 +16,7 @@ use skillhost::agent::{
     PendingConfirmation, Resolution, RunHandle, SkillOutput, SkillPath,
 };
 use skillhost::tools::demo::article_003_tools;
+use skillhost::tools::{Access, Tool, ToolError, ToolSpec};
 
 use crate::agent_common::{
     REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refund_call, refusal, resolutions,
@@ -609,6 +611,59 @@ async fn calls_past_the_answers_limit_and_repeated_writes_are_not_executed() {
     // One refund, and one person asked once.
     assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
     assert_eq!(confirmations(&finished.events).len(), 1);
+}
+
+/// A search tool whose every answer is a page far larger than the
+/// context budget.
+struct WholePage;
+
+#[async_trait::async_trait]
+impl Tool for WholePage {
+    fn spec(&self) -> &ToolSpec {
+        static SPEC: std::sync::LazyLock<ToolSpec> = std::sync::LazyLock::new(|| ToolSpec {
+            name: "searchEverything".into(),
+            description: "Searches everything.".into(),
+            parameters: json!({"type": "object"}),
+            access: Access::Read,
+        });
+        &SPEC
+    }
+
+    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+        Ok(json!({"page": "lorem ipsum ".repeat(50_000)}))
+    }
+}
+
+#[tokio::test]
+async fn a_result_too_large_for_the_context_is_cut_before_the_model_reads_it() {
+    let shop = Shop::new(|_| vec![Arc::new(WholePage) as Arc<dyn Tool>], &[]).await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("searchEverything", json!({})),
+        Step::text("Nothing relevant."),
+    ])
+    .await;
+    let agent = shop.agent(&llm, AgentConfig::default());
+    let finished = ask_deciding(&agent, "search for my order", Decision::Leave).await;
+    assert_eq!(finished.result.unwrap().answer, "Nothing relevant.");
+    let told = tool_result(llm.requests()[1].messages(), "call_1_0");
+    // A quarter of the default 32,000-token budget, of ASCII text.
+    assert_eq!(
+        told.find('…'),
+        Some(8_000 * 4),
+        "{}",
+        &told[told.len() - 200..]
+    );
+    assert!(
+        told.ends_with("the rest is not shown]"),
+        "{}",
+        &told[told.len() - 200..]
+    );
+    // The event keeps the whole result for whoever watches the run.
+    let (_, _, outcome) = calls_of(&finished.events, &Caller::Main).pop().unwrap();
+    let CallOutcome::Done { result } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(result["page"].as_str().unwrap().len(), 600_000);
 }
 
 #[tokio::test]

@@ -24,9 +24,11 @@ use super::events::{AgentEvent, CallOutcome, Caller};
 use super::llm::{ChatRequest, FinishReason, Message, ToolCall, ToolChoice};
 use super::run::RunContext;
 use super::skill;
+use super::tokens;
 use super::transcript::{Transcript, load_result};
 use crate::runtime::SkillComponent;
 use crate::skills::SkillName;
+use crate::skills::manifest::LOAD_SKILL;
 
 /// What a loop may call, and how its calls run.
 pub(super) trait Scope: Send + Sync {
@@ -273,6 +275,13 @@ impl<S: Scope> Loop<'_, S> {
                 );
                 self.refuse(call, reason)
             };
+            // A skill's instructions are the host's, and its mark must stay
+            // whole JSON: only what tools and skills return is cut.
+            let content = if call.name() == LOAD_SKILL {
+                content
+            } else {
+                fit_result(content, self.run.agent.config.context_budget / 4)
+            };
             transcript.push(Message::tool(&call.id, call.name(), content));
         }
         Ok(None)
@@ -347,6 +356,33 @@ impl<S: Scope> Loop<'_, S> {
             .execute(self.run, &self.caller, call, loaded)
             .await
     }
+}
+
+/// A call's result as the transcript keeps it: at most `max_tokens`
+/// (estimated, as [`tokens::estimate`] counts them), then a note saying it
+/// was cut. Compaction never evicts the latest turn, so one large result (a
+/// search service's whole page) would otherwise put every later round over
+/// what the model's server accepts.
+fn fit_result(content: String, max_tokens: usize) -> String {
+    if tokens::estimate(&content) <= max_tokens {
+        return content;
+    }
+    // In quarter tokens: an ASCII character is one, any other four.
+    let room = max_tokens.saturating_mul(4);
+    let mut used = 0;
+    let cut = content
+        .char_indices()
+        .find(|(_, c)| {
+            used += if c.is_ascii() { 1 } else { 4 };
+            used > room
+        })
+        .map_or(content.len(), |(at, _)| at);
+    format!(
+        "{}…[cut: the result has {} bytes, more than this conversation has room for; the \
+         rest is not shown]",
+        &content[..cut],
+        content.len()
+    )
 }
 
 /// `load_skill(skill)`: the skill's instructions, marked as a loaded skill
@@ -424,6 +460,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_result_larger_than_its_share_of_the_context_is_cut_and_says_so() {
+        let small = r#"{"status":"delivered"}"#.to_owned();
+        assert_eq!(fit_result(small.clone(), 100), small);
+        let large = format!("{{\"page\":\"{}\"}}", "x".repeat(10_000));
+        let cut = fit_result(large.clone(), 100);
+        assert!(cut.starts_with(&large[..400]) && !cut.starts_with(&large[..401]));
+        assert!(
+            cut.ends_with(
+                "bytes, more than this conversation has room for; the rest is not shown]"
+            )
+        );
+        assert!(cut.contains(&format!("the result has {} bytes", large.len())));
+        // Characters past ASCII count as a token each, and are never split.
+        let wide = "退款".repeat(100);
+        assert!(fit_result(wide, 10).starts_with(&"退款".repeat(5)));
+    }
 
     #[test]
     fn the_limit_th_identical_call_is_refused_and_the_next_stops() {
