@@ -15,7 +15,7 @@ use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
     PendingConfirmation, Resolution, RunHandle, SkillOutput, SkillPath,
 };
-use skillhost::tools::demo::article_003_tools;
+use skillhost::tools::demo::{article_000_tools, article_003_tools};
 use skillhost::tools::{Access, Tool, ToolError, ToolSpec};
 
 use crate::agent_common::{
@@ -605,12 +605,41 @@ async fn calls_past_the_answers_limit_and_repeated_writes_are_not_executed() {
     assert!(told.contains("at most 3 calls of one answer"), "{told}");
     let told = tool_result(llm.requests()[2].messages(), "call_2_1");
     assert!(
-        told.contains("already ran with these same arguments"),
+        told.contains("the write that just ran, with the same arguments"),
         "{told}"
     );
     // One refund, and one person asked once.
     assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
     assert_eq!(confirmations(&finished.events).len(), 1);
+}
+
+#[tokio::test]
+async fn only_the_repeat_of_the_last_write_is_refused() {
+    let quantity = |n: u32| {
+        (
+            "update_cart_item",
+            json!({"product_id": "P1007", "quantity": n}),
+        )
+    };
+    let steps = vec![
+        // Set back and forth: each call changes the cart.
+        Step::tool_calls([quantity(3), quantity(2), quantity(3)]),
+        // The same call twice: the second would change nothing.
+        Step::tool_calls([quantity(5), quantity(5)]),
+        Step::text("Your cart has 5."),
+    ];
+    let shop = Shop::new(article_000_tools, &[]).await;
+    let llm = ScriptedLlm::start(steps).await;
+    let agent = shop.agent(&llm, AgentConfig::default());
+    let finished = ask_deciding(&agent, "5 filters please", Decision::Approve).await;
+    assert_eq!(finished.result.unwrap().answer, "Your cart has 5.");
+    let ran: Vec<bool> = calls_of(&finished.events, &Caller::Main)
+        .iter()
+        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
+        .collect();
+    assert_eq!(ran, [true, true, true, true, false]);
+    // Nobody was asked to approve the repeat.
+    assert_eq!(confirmations(&finished.events).len(), 4);
 }
 
 /// A search tool whose every answer is a page far larger than the

@@ -8,7 +8,6 @@
 //! own — with an answer, an error, or a declined confirmation once it
 //! expires. [`RunHandle::abort`] stops it early.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -274,9 +273,10 @@ pub(super) struct RunContext {
     milestones: Arc<Milestones>,
     tracker: Option<Mutex<RunTracker>>,
     stats: Mutex<RunStats>,
-    /// The write calls that ran, as (tool, arguments as JSON text): one
-    /// with the same arguments is not run again in this run.
-    writes_done: Mutex<HashSet<(String, String)>>,
+    /// The last write call that ran, as (tool, arguments as JSON text): the
+    /// same call right after it is not run again (see
+    /// [`Self::confirm_and_call`]).
+    last_write: Mutex<Option<(String, String)>>,
 }
 
 impl RunContext {
@@ -304,7 +304,7 @@ impl RunContext {
             milestones: Arc::default(),
             tracker,
             stats: Mutex::default(),
-            writes_done: Mutex::default(),
+            last_write: Mutex::default(),
         };
         (Arc::new(run), receiver)
     }
@@ -434,18 +434,18 @@ impl RunContext {
         // Nobody is asked to approve a call that cannot run.
         registered.validate(&arguments)?;
         // A model that repeats a write (twice in one answer, or after a
-        // skill already made it) would otherwise cancel, pay or refund
-        // twice; nobody is asked to approve the repeat either. serde_json's
+        // skill made it) would otherwise cancel, pay or refund twice, and a
+        // person be asked to approve the repeat. Only the repeat of the
+        // last write is refused: after another write (a cart changed, an
+        // address set back) the same call may do something new. serde_json's
         // maps are sorted, so key order does not matter.
         let write = (registered.spec().access == Access::Write)
             .then(|| (tool.to_owned(), arguments.to_string()));
-        if let Some(write) = &write
-            && self.writes_done().contains(write)
-        {
+        if write.is_some() && *self.last_write() == write {
             return Err(ToolError::NotPermitted {
                 tool: tool.to_owned(),
-                reason: "it already ran with these same arguments in this run, and a write runs \
-                         once: use its earlier result"
+                reason: "it is the write that just ran, with the same arguments: it is not run \
+                         twice; use its earlier result"
                     .to_owned(),
             }
             .into());
@@ -473,14 +473,14 @@ impl RunContext {
             }
         }
         let result = span.execute(registered, arguments).await?;
-        if let Some(write) = write {
-            self.writes_done().insert(write);
+        if write.is_some() {
+            *self.last_write() = write;
         }
         Ok(result)
     }
 
-    fn writes_done(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
-        self.writes_done
+    fn last_write(&self) -> std::sync::MutexGuard<'_, Option<(String, String)>> {
+        self.last_write
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
