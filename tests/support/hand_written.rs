@@ -45,6 +45,26 @@ pub const BARE: HandWritten<'static> = HandWritten {
     extra_memories: 0,
 };
 
+/// `host.call-tool`, lowered as the core function `$call-tool`: (name
+/// pointer, name length, arguments pointer, arguments length, where the
+/// result goes).
+pub const CALL_TOOL: HandWritten<'static> = HandWritten {
+    imports: r#"
+      (import "skillhost:skill/host@0.1.0" (instance $host
+        (type $kind (enum "not-permitted" "unknown-tool" "invalid-arguments" "rejected"
+          "declined" "limit-exceeded" "failed"))
+        (export "tool-error-kind" (type $kind-export (eq $kind)))
+        (type $tool-error (record (field "kind" $kind-export) (field "message" string)))
+        (export "tool-error" (type $tool-error-export (eq $tool-error)))
+        (export "call-tool" (func (param "name" string) (param "arguments" string)
+          (result (result string (error $tool-error-export)))))))
+      (core func $call-tool
+        (canon lower (func $host "call-tool") (memory $memory) (realloc $realloc)))"#,
+    lowered: r#"(export "call-tool" (func $call-tool))"#,
+    main_imports: r#"(import "imports" "call-tool" (func $call-tool (param i32 i32 i32 i32 i32)))"#,
+    ..BARE
+};
+
 /// The guest's memory from offset 1024: the strings the records point at.
 struct Data(Vec<u8>);
 
@@ -160,4 +180,9 @@ impl HandWritten<'_> {
         );
         wat::parse_str(wat).expect("the component text parses")
     }
+}
+
+/// A data segment writing `bytes` at `at`, for [`HandWritten::steps`].
+pub fn data(at: u32, bytes: &[u8]) -> String {
+    format!(r#"(data (i32.const {at}) "{}")"#, escaped(bytes))
 }
