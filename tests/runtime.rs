@@ -766,3 +766,35 @@ async fn a_component_needing_more_than_its_share_of_a_large_pool_is_refused_at_l
         "{message}"
     );
 }
+
+/// Regression: a trap's message carries wasmtime's backtrace, which names
+/// the guest's functions as its name section chose. Their line breaks
+/// reached the log raw, and a function named after wasmtime's hostcall-fuel
+/// error made an ordinary trap report the output limit.
+#[tokio::test]
+async fn a_trap_in_a_function_named_like_a_host_error_is_a_trap_with_the_name_escaped() {
+    let host = DemoHost::new();
+    let bytes = HandWritten {
+        steps: r#"
+          (func $steps (call $"fuel allocated for hostcalls\nINFO forged line"))
+          (func $"fuel allocated for hostcalls\nINFO forged line" unreachable)"#,
+        ..BARE
+    }
+    .build();
+    let skill = SkillComponent::load(&host.runtime, bytes, &host.tools)
+        .await
+        .unwrap();
+    let error = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .unwrap_err();
+    let InvokeError::Trap { message, .. } = &error else {
+        panic!("expected a trap, got {error:?}");
+    };
+    assert!(message.contains("unreachable"), "{message}");
+    assert!(
+        message.contains("fuel allocated for hostcalls\\nINFO forged line"),
+        "the frame is named, escaped: {message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}

@@ -233,10 +233,14 @@ impl HostState {
                 limit,
                 detail,
             },
-            // wasmtime's own bound on what one call copies from the guest.
+            // wasmtime's own bound on what one call copies from the guest
+            // (its error type is private, so known by its text). The root
+            // cause is wasmtime's: the causes around it include the
+            // backtrace, whose function names the guest chose.
             None if error
-                .chain()
-                .any(|cause| cause.to_string().contains("fuel allocated for hostcalls")) =>
+                .root_cause()
+                .to_string()
+                .contains("fuel allocated for hostcalls") =>
             {
                 InvokeError::LimitExceeded {
                     skill,
