@@ -22,6 +22,7 @@ use skillhost::tools::demo::{DemoDb, article_003_tools};
 
 use crate::agent_common::Shop;
 use crate::agent_masking;
+use crate::runtime::chatty_guest;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{DemoHost, fixture, repo_root, skill_file};
 use crate::support::hand_written::{CALL_TOOL, HandWritten, data};
@@ -319,6 +320,27 @@ fn a_refused_read_call_logs_the_guests_text_escaped_and_cut() {
             "{text}"
         );
     }
+}
+
+/// Output past the 64 KiB captured of a stream is dropped, and said so once.
+#[test]
+fn output_past_the_capture_is_dropped_with_one_notice() {
+    let host = DemoHost::new();
+    let (report, log) = capture(|| async {
+        let skill = SkillComponent::load(&host.runtime, chatty_guest(), &host.tools)
+            .await
+            .unwrap();
+        skill.run(&json!({}), host.tools.clone()).await.unwrap()
+    });
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+    let notices = log.events_with(&json!({ "message": "output truncated" }));
+    assert_eq!(notices.len(), 1, "{}", log.text);
+    assert_eq!(notices[0]["level"], "WARN");
+    assert_eq!(notices[0]["fields"]["skill"], "chatty");
+    assert_eq!(notices[0]["fields"]["stream"], "stdout");
+    // 40 lines of 4 KiB written, 16 kept.
+    assert_eq!(notices[0]["fields"]["kept_bytes"], 16 * 4096);
+    assert_eq!(notices[0]["fields"]["dropped_bytes"], 24 * 4096);
 }
 
 #[test]

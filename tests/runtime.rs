@@ -16,7 +16,7 @@ use skillhost::skills::SkillName;
 use skillhost::tools::ToolRegistry;
 
 use crate::support::fixtures::{DemoHost, fixture, skill_file};
-use crate::support::hand_written::{BARE, HandWritten};
+use crate::support::hand_written::{BARE, HandWritten, STDOUT};
 
 /// Records every call that reaches dispatch, then forwards it to the demo tools.
 struct Recorder {
@@ -797,4 +797,43 @@ async fn a_trap_in_a_function_named_like_a_host_error_is_a_trap_with_the_name_es
         "the frame is named, escaped: {message}"
     );
     assert!(!message.contains('\n'), "{message}");
+}
+
+/// A WASI guest writing 40 lines of 4 KiB to stdout, each with one
+/// `blocking-write-and-flush`, trapping if one fails: as Rust's `println!`
+/// panics and Python's `print` raises.
+pub(crate) fn chatty_guest() -> Vec<u8> {
+    HandWritten {
+        name: "chatty",
+        memory: "3",
+        steps: r#"
+          (func $steps (local $stdout i32) (local $written i32)
+            (memory.fill (i32.const 0x10000) (i32.const 0x78) (i32.const 4095))
+            (i32.store8 (i32.const 0x10fff) (i32.const 10))
+            (local.set $stdout (call $get-stdout))
+            (loop $lines
+              (call $write (local.get $stdout) (i32.const 0x10000) (i32.const 4096)
+                (i32.const 0x20000))
+              (if (i32.load8_u (i32.const 0x20000)) (then unreachable))
+              (local.set $written (i32.add (local.get $written) (i32.const 1)))
+              (br_if $lines (i32.lt_u (local.get $written) (i32.const 40)))))"#,
+        ..STDOUT
+    }
+    .build()
+}
+
+/// Regression: stdout was captured in a pipe whose writes failed once it
+/// held 64 KiB, so an honest guest printing more trapped. Past the
+/// capture, writes succeed and what they carry is dropped.
+#[tokio::test]
+async fn a_guest_printing_more_than_the_captured_output_runs_to_its_end() {
+    let host = DemoHost::new();
+    let skill = SkillComponent::load(&host.runtime, chatty_guest(), &host.tools)
+        .await
+        .unwrap();
+    let report = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .expect("the guest's writes succeed");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
 }

@@ -65,6 +65,40 @@ pub const CALL_TOOL: HandWritten<'static> = HandWritten {
     ..BARE
 };
 
+/// WASI's stdout, lowered as the core functions `$get-stdout` (returns the
+/// stream's handle) and `$write` (`blocking-write-and-flush`: handle,
+/// pointer, length, where the result goes; at most 4096 bytes a call).
+pub const STDOUT: HandWritten<'static> = HandWritten {
+    imports: r#"
+      (import "wasi:io/error@0.2.12" (instance $io-error
+        (export "error" (type (sub resource)))))
+      (alias export $io-error "error" (type $error))
+      (import "wasi:io/streams@0.2.12" (instance $streams
+        (alias outer $skill $error (type $outer-error))
+        (export "error" (type $error-export (eq $outer-error)))
+        (export "output-stream" (type $output-stream (sub resource)))
+        (type $stream-error (variant
+          (case "last-operation-failed" (own $error-export)) (case "closed")))
+        (export "stream-error" (type $stream-error-export (eq $stream-error)))
+        (export "[method]output-stream.blocking-write-and-flush"
+          (func (param "self" (borrow $output-stream)) (param "contents" (list u8))
+            (result (result (error $stream-error-export)))))))
+      (alias export $streams "output-stream" (type $output-stream))
+      (import "wasi:cli/stdout@0.2.12" (instance $stdout
+        (alias outer $skill $output-stream (type $outer-stream))
+        (export "output-stream" (type $stream-export (eq $outer-stream)))
+        (export "get-stdout" (func (result (own $stream-export))))))
+      (core func $get-stdout (canon lower (func $stdout "get-stdout")))
+      (core func $write
+        (canon lower (func $streams "[method]output-stream.blocking-write-and-flush")
+          (memory $memory)))"#,
+    lowered: r#"(export "get-stdout" (func $get-stdout)) (export "write" (func $write))"#,
+    main_imports: r#"
+      (import "imports" "get-stdout" (func $get-stdout (result i32)))
+      (import "imports" "write" (func $write (param i32 i32 i32 i32)))"#,
+    ..BARE
+};
+
 /// The guest's memory from offset 1024: the strings the records point at.
 struct Data(Vec<u8>);
 

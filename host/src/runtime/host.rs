@@ -294,7 +294,8 @@ impl HostState {
         }
     }
 
-    /// Moves what the guest wrote to stdout and stderr into the log. A
+    /// Moves what the guest wrote to stdout and stderr into the log, with
+    /// one notice for a stream written past what is captured of it. A
     /// suspended invocation's is dropped: the next attempt runs from the
     /// start and writes it again.
     pub(super) fn flush_captured_output(&mut self) {
@@ -302,13 +303,19 @@ impl HostState {
         if self.suspended_at.is_some() {
             return;
         }
-        for (level, pipe) in [
-            (types::LogLevel::Info, &wasi.stdout),
-            (types::LogLevel::Warn, &wasi.stderr),
+        for (stream, level, output) in [
+            ("stdout", types::LogLevel::Info, &wasi.stdout),
+            ("stderr", types::LogLevel::Warn, &wasi.stderr),
         ] {
-            let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes).lines() {
+            let captured = output.take();
+            for line in String::from_utf8_lossy(&captured.kept).lines() {
                 self.log_line(level, line);
+            }
+            if captured.dropped > 0 {
+                tracing::warn!(
+                    skill = %self.skill, stream, kept_bytes = captured.kept.len(),
+                    dropped_bytes = captured.dropped, "output truncated"
+                );
             }
         }
     }
