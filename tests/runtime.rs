@@ -837,3 +837,33 @@ async fn a_guest_printing_more_than_the_captured_output_runs_to_its_end() {
         .expect("the guest's writes succeed");
     assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
 }
+
+/// Regression: the memory limiter counted a growth as soon as it allowed
+/// it, even when wasmtime then refused it (past the memory's own maximum).
+/// A guest whose `memory.grow` kept failing, as it should, climbed toward
+/// the limit, and a later growth that fits trapped on it.
+#[tokio::test]
+async fn growth_refused_past_a_memorys_maximum_does_not_count_against_the_limit() {
+    let host = DemoHost::new();
+    let bytes = HandWritten {
+        memory: "1 16",
+        steps: r#"
+          (func $steps (local $tries i32)
+            (loop $refused
+              (if (i32.ne (memory.grow (i32.const 100)) (i32.const -1)) (then unreachable))
+              (local.set $tries (i32.add (local.get $tries) (i32.const 1)))
+              (br_if $refused (i32.lt_u (local.get $tries) (i32.const 20))))
+            (if (i32.ne (memory.grow (i32.const 1)) (i32.const 1)) (then unreachable)))"#,
+        ..BARE
+    }
+    .build();
+    let skill = SkillComponent::load(&host.runtime, bytes, &host.tools)
+        .await
+        .unwrap();
+    // 20 refusals of 100 pages each: 125 MiB, twice the limit.
+    let report = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .expect("the last growth fits");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+}

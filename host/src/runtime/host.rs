@@ -464,12 +464,22 @@ impl WasiView for HostState {
 }
 
 impl ResourceLimiter for HostState {
+    /// Counts a growth before wasmtime makes it. wasmtime says nothing when
+    /// one succeeds, and `memory_grow_failed` does not say which failed (it
+    /// is also called for growths never passed here), so a rollback there
+    /// could count too little. Instead a growth wasmtime is sure to refuse,
+    /// past the memory's own maximum, is refused here uncounted. One failing
+    /// later (the system out of memory) stays counted: that errs on the side
+    /// of the limit.
     fn memory_growing(
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|maximum| desired > maximum) {
+            return Ok(false);
+        }
         // Called with `current == 0` when a memory is created, so the sum of
         // deltas is the guest's total across all its memories.
         let total = self.memory_bytes + (desired - current);
