@@ -867,3 +867,19 @@ async fn growth_refused_past_a_memorys_maximum_does_not_count_against_the_limit(
         .expect("the last growth fits");
     assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
 }
+
+/// Regression: the pool's totals were `max_concurrent_instances` times 32
+/// (core instances), 2 and 4, multiplied unchecked: a huge value panicked
+/// in a debug build and wrapped to a small pool in a release build.
+#[test]
+fn a_pool_too_large_to_count_is_refused_naming_the_setting() {
+    let config = RuntimeConfig {
+        max_concurrent_instances: u32::MAX,
+        ..Default::default()
+    };
+    let error = Runtime::new(config).err().expect("refused");
+    assert!(
+        error.to_string().contains("max_concurrent_instances"),
+        "{error}"
+    );
+}
