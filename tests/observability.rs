@@ -22,8 +22,10 @@ use skillhost::tools::demo::{DemoDb, article_003_tools};
 
 use crate::agent_common::Shop;
 use crate::agent_masking;
+use crate::runtime::chatty_guest;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{DemoHost, fixture, repo_root, skill_file};
+use crate::support::hand_written::{CALL_TOOL, HandWritten, data};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// A refund reason no log may contain: `applyRefund` is a write tool.
@@ -254,6 +256,91 @@ fn a_call_to_an_undeclared_tool_is_logged_as_refused_and_never_dispatched() {
     // Refused before dispatch: no tool call span, arguments never logged.
     assert!(log.closed("tool_call").is_empty(), "{}", log.text);
     assert!(!log.text.contains("undeclared call"), "{}", log.text);
+}
+
+/// A skill declaring `queryOrder` (a read tool) whose steps call it with a
+/// 512 KiB key the schema does not allow, starting with a line break and a
+/// line of the guest's own.
+fn forged_key_caller() -> Vec<u8> {
+    const ARGUMENTS_AT: u32 = 1 << 20;
+    const NAME_AT: u32 = 0x1f_0000;
+    const RESULT_AT: u32 = 0x1f_0100;
+    const KEY_FILL: u32 = 512 << 10;
+    let opening = br#"{"orderId":"88231","\nINFO forged line"#;
+    let fill_at = ARGUMENTS_AT + opening.len() as u32;
+    let closing = br#"":1}"#;
+    let length = opening.len() as u32 + KEY_FILL + closing.len() as u32;
+    let steps = format!(
+        r#"(func $steps
+            (memory.fill (i32.const {fill_at}) (i32.const 0x78) (i32.const {KEY_FILL}))
+            (call $call-tool (i32.const {NAME_AT}) (i32.const 10)
+              (i32.const {ARGUMENTS_AT}) (i32.const {length}) (i32.const {RESULT_AT})))
+          {}
+          {}
+          {}"#,
+        data(ARGUMENTS_AT, opening),
+        data(fill_at + KEY_FILL, closing),
+        data(NAME_AT, b"queryOrder"),
+    );
+    HandWritten {
+        name: "forgedKeyCaller",
+        tools: &["queryOrder"],
+        memory: "40",
+        steps: &steps,
+        ..CALL_TOOL
+    }
+    .build()
+}
+
+/// Regression: a schema violation quotes the guest's text (the unexpected
+/// key), and a read tool's refusal logged it at warn whole and raw: a guest
+/// could write a line of 1 MiB, and lines of its own, past the cut and the
+/// escaping its log lines get. The invocation's record kept it whole too.
+#[test]
+fn a_refused_read_call_logs_the_guests_text_escaped_and_cut() {
+    let host = DemoHost::new();
+    let (report, log) = capture(|| async {
+        let skill = SkillComponent::load(&host.runtime, forged_key_caller(), &host.tools)
+            .await
+            .unwrap();
+        skill.run(&json!({}), host.tools.clone()).await.unwrap()
+    });
+    let recorded = report.tool_calls[0].error.as_deref().expect("refused");
+    let refusals = log.events_with(&json!({ "message": "tool call refused" }));
+    assert_eq!(refusals.len(), 1, "{}", log.text);
+    assert_eq!(refusals[0]["fields"]["outcome"], "invalid_arguments");
+    let logged = refusals[0]["fields"]["error"].as_str().unwrap();
+    let arguments = log.events_with(&json!({ "message": "tool call arguments" }));
+    let arguments = arguments[0]["fields"]["arguments"].as_str().unwrap();
+    for text in [recorded, logged, arguments] {
+        assert!(text.len() < 8 << 10, "{} bytes kept", text.len());
+        assert!(text.contains("bytes cut"), "{text}");
+        assert!(
+            text.contains("\\nINFO forged line") && !text.contains('\n'),
+            "{text}"
+        );
+    }
+}
+
+/// Output past the 64 KiB captured of a stream is dropped, and said so once.
+#[test]
+fn output_past_the_capture_is_dropped_with_one_notice() {
+    let host = DemoHost::new();
+    let (report, log) = capture(|| async {
+        let skill = SkillComponent::load(&host.runtime, chatty_guest(), &host.tools)
+            .await
+            .unwrap();
+        skill.run(&json!({}), host.tools.clone()).await.unwrap()
+    });
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+    let notices = log.events_with(&json!({ "message": "output truncated" }));
+    assert_eq!(notices.len(), 1, "{}", log.text);
+    assert_eq!(notices[0]["level"], "WARN");
+    assert_eq!(notices[0]["fields"]["skill"], "chatty");
+    assert_eq!(notices[0]["fields"]["stream"], "stdout");
+    // 40 lines of 4 KiB written, 16 kept.
+    assert_eq!(notices[0]["fields"]["kept_bytes"], 16 * 4096);
+    assert_eq!(notices[0]["fields"]["dropped_bytes"], 24 * 4096);
 }
 
 #[test]

@@ -27,6 +27,7 @@ use skillhost::tools::ToolRegistry;
 
 use crate::support::configmap::ConfigMapVolume;
 use crate::support::fixtures::{DemoHost, fixture};
+use crate::support::hand_written::{BARE, HandWritten};
 use crate::support::signing::{demo_policy, signed, unsigned};
 
 /// How long any one reload may take before a test gives up: compiling is
@@ -545,6 +546,32 @@ async fn unsigned_skills_load_with_allow_unsigned() {
     let event = watched.event_for(&path).await;
     assert_eq!(event.outcome, ReloadOutcome::Loaded);
     assert_eq!(event.new, version_of(&update, "2.0.0"));
+}
+
+/// Regression: a refused file's reason quotes the file's own text (here a
+/// manifest's name), and was logged at warn and kept raw, so a skill file
+/// could write log lines of its own.
+#[tokio::test]
+async fn a_refused_files_reason_keeps_its_text_escaped() {
+    let host = DemoHost::new();
+    let dir = tempfile::tempdir().unwrap();
+    let forged = HandWritten {
+        name: "bad\nINFO forged line",
+        ..BARE
+    };
+    std::fs::write(dir.path().join("forged.wasm"), forged.build()).unwrap();
+    let policy = SignaturePolicy::AllowUnsigned;
+    let registry = SkillRegistry::load_dir(host.runtime, host.tools, policy, dir.path())
+        .await
+        .unwrap();
+    let snapshot = registry.snapshot();
+    let failure = snapshot.failures().next().expect("refused");
+    assert_eq!(failure.kind, FailureKind::Manifest);
+    assert!(
+        failure.reason.contains("`bad\\nINFO forged line`") && !failure.reason.contains('\n'),
+        "{}",
+        failure.reason
+    );
 }
 
 #[tokio::test]

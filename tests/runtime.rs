@@ -16,6 +16,7 @@ use skillhost::skills::SkillName;
 use skillhost::tools::ToolRegistry;
 
 use crate::support::fixtures::{DemoHost, fixture, skill_file};
+use crate::support::hand_written::{BARE, HandWritten, STDOUT};
 
 /// Records every call that reaches dispatch, then forwards it to the demo tools.
 struct Recorder {
@@ -656,105 +657,15 @@ async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
     );
 }
 
-/// A skill written by hand in the component text format, whose `run`
-/// answers `{"ok":true}`, with `extra_memories` more core instances of a
-/// module that has a memory of its own: the shape of interpreted-language
-/// guests (componentize-py has dozens of core instances), which draw more of
-/// the pool's shared totals than one instance slot brings.
+/// A skill answering `{"ok":true}` from `extra_memories` more core
+/// instances than its own, each with a memory.
 fn skill_with_extra_memories(name: &str, extra_memories: usize) -> Vec<u8> {
-    /// The guest's memory from offset 1024: the strings the records point at.
-    struct Data(Vec<u8>);
-    impl Data {
-        /// Appends `text`; returns its pointer and length as the canonical
-        /// ABI lays out a string.
-        fn string(&mut self, text: &str) -> [u32; 2] {
-            let at = 1024 + self.0.len() as u32;
-            self.0.extend_from_slice(text.as_bytes());
-            [at, text.len() as u32]
-        }
+    HandWritten {
+        name,
+        extra_memories,
+        ..BARE
     }
-    fn words(words: &[u32]) -> Vec<u8> {
-        words.iter().flat_map(|word| word.to_le_bytes()).collect()
-    }
-    fn escaped(bytes: &[u8]) -> String {
-        bytes.iter().map(|byte| format!("\\{byte:02x}")).collect()
-    }
-    let mut strings = Data(Vec::new());
-    let [name_at, name_len] = strings.string(name);
-    let [version_at, version_len] = strings.string("0.1.0");
-    let [about_at, about_len] = strings.string("Answers ok from many core instances.");
-    let [schema_at, schema_len] = strings.string(r#"{"type":"object"}"#);
-    let instructions = strings.string("Say ok.");
-    let [answer_at, answer_len] = strings.string(r#"{"ok":true}"#);
-    // manifest (at 0): four strings, tools and unlocks (empty lists),
-    // has-steps, test-cases (empty list).
-    let manifest = words(&[
-        name_at,
-        name_len,
-        version_at,
-        version_len,
-        about_at,
-        about_len,
-        schema_at,
-        schema_len,
-        0,
-        0,
-        0,
-        0,
-        1,
-        0,
-        0,
-    ]);
-    // result<run-outcome, string> (at 80): ok, done, the answer.
-    let run = words(&[0, 0, answer_at, answer_len]);
-    let extra = "(core instance (instantiate $extra))\n".repeat(extra_memories);
-    let wat = format!(
-        r#"(component
-          (import "skillhost:skill/types@0.1.0" (instance $types
-            (type $test-case (record (field "name" string) (field "input" string)
-              (field "expect-tools" (list string)) (field "expect-contains" (list string))))
-            (export "test-case" (type $test-case-export (eq $test-case)))
-            (type $manifest (record (field "name" string) (field "version" string)
-              (field "description" string) (field "parameters" string)
-              (field "tools" (list string)) (field "unlocks" (list string))
-              (field "has-steps" bool) (field "test-cases" (list $test-case-export))))
-            (export "manifest" (type (eq $manifest)))
-            (type $run-outcome (variant (case "done" string) (case "handover" string)))
-            (export "run-outcome" (type (eq $run-outcome)))))
-          (alias export $types "manifest" (type $manifest))
-          (alias export $types "run-outcome" (type $run-outcome))
-          (core module $extra (memory (export "memory") 1))
-          {extra}
-          (core module $main
-            (memory (export "memory") 1)
-            (global $next (mut i32) (i32.const 4096))
-            (func (export "realloc") (param i32 i32 i32 i32) (result i32)
-              (local $at i32)
-              (local.set $at (i32.and (i32.add (global.get $next) (i32.const 7)) (i32.const -8)))
-              (global.set $next (i32.add (local.get $at) (local.get 3)))
-              (local.get $at))
-            (func (export "manifest") (result i32) (i32.const 0))
-            (func (export "instructions") (result i32) (i32.const 64))
-            (func (export "run") (param i32 i32) (result i32) (i32.const 80))
-            (data (i32.const 0) "{manifest}")
-            (data (i32.const 64) "{instructions}")
-            (data (i32.const 80) "{run}")
-            (data (i32.const 1024) "{strings}"))
-          (core instance $main (instantiate $main))
-          (alias core export $main "memory" (core memory $memory))
-          (alias core export $main "realloc" (core func $realloc))
-          (func (export "manifest") (result $manifest)
-            (canon lift (core func $main "manifest") (memory $memory)))
-          (func (export "instructions") (result string)
-            (canon lift (core func $main "instructions") (memory $memory)))
-          (func (export "run") (param "input" string) (result (result $run-outcome (error string)))
-            (canon lift (core func $main "run") (memory $memory) (realloc $realloc))))"#,
-        manifest = escaped(&manifest),
-        instructions = escaped(&words(&instructions)),
-        run = escaped(&run),
-        strings = escaped(&strings.0),
-    );
-    wat::parse_str(wat).expect("the component text parses")
+    .build()
 }
 
 /// A skill split over more core instances and memories than one slot brings
@@ -853,5 +764,122 @@ async fn a_component_needing_more_than_its_share_of_a_large_pool_is_refused_at_l
     assert!(
         message.contains("9 Wasm linear memories") && message.contains("maximum of 8"),
         "{message}"
+    );
+}
+
+/// Regression: a trap's message carries wasmtime's backtrace, which names
+/// the guest's functions as its name section chose. Their line breaks
+/// reached the log raw, and a function named after wasmtime's hostcall-fuel
+/// error made an ordinary trap report the output limit.
+#[tokio::test]
+async fn a_trap_in_a_function_named_like_a_host_error_is_a_trap_with_the_name_escaped() {
+    let host = DemoHost::new();
+    let bytes = HandWritten {
+        steps: r#"
+          (func $steps (call $"fuel allocated for hostcalls\nINFO forged line"))
+          (func $"fuel allocated for hostcalls\nINFO forged line" unreachable)"#,
+        ..BARE
+    }
+    .build();
+    let skill = SkillComponent::load(&host.runtime, bytes, &host.tools)
+        .await
+        .unwrap();
+    let error = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .unwrap_err();
+    let InvokeError::Trap { message, .. } = &error else {
+        panic!("expected a trap, got {error:?}");
+    };
+    assert!(message.contains("unreachable"), "{message}");
+    assert!(
+        message.contains("fuel allocated for hostcalls\\nINFO forged line"),
+        "the frame is named, escaped: {message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}
+
+/// A WASI guest writing 40 lines of 4 KiB to stdout, each with one
+/// `blocking-write-and-flush`, trapping if one fails: as Rust's `println!`
+/// panics and Python's `print` raises.
+pub(crate) fn chatty_guest() -> Vec<u8> {
+    HandWritten {
+        name: "chatty",
+        memory: "3",
+        steps: r#"
+          (func $steps (local $stdout i32) (local $written i32)
+            (memory.fill (i32.const 0x10000) (i32.const 0x78) (i32.const 4095))
+            (i32.store8 (i32.const 0x10fff) (i32.const 10))
+            (local.set $stdout (call $get-stdout))
+            (loop $lines
+              (call $write (local.get $stdout) (i32.const 0x10000) (i32.const 4096)
+                (i32.const 0x20000))
+              (if (i32.load8_u (i32.const 0x20000)) (then unreachable))
+              (local.set $written (i32.add (local.get $written) (i32.const 1)))
+              (br_if $lines (i32.lt_u (local.get $written) (i32.const 40)))))"#,
+        ..STDOUT
+    }
+    .build()
+}
+
+/// Regression: stdout was captured in a pipe whose writes failed once it
+/// held 64 KiB, so an honest guest printing more trapped. Past the
+/// capture, writes succeed and what they carry is dropped.
+#[tokio::test]
+async fn a_guest_printing_more_than_the_captured_output_runs_to_its_end() {
+    let host = DemoHost::new();
+    let skill = SkillComponent::load(&host.runtime, chatty_guest(), &host.tools)
+        .await
+        .unwrap();
+    let report = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .expect("the guest's writes succeed");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+}
+
+/// Regression: the memory limiter counted a growth as soon as it allowed
+/// it, even when wasmtime then refused it (past the memory's own maximum).
+/// A guest whose `memory.grow` kept failing, as it should, climbed toward
+/// the limit, and a later growth that fits trapped on it.
+#[tokio::test]
+async fn growth_refused_past_a_memorys_maximum_does_not_count_against_the_limit() {
+    let host = DemoHost::new();
+    let bytes = HandWritten {
+        memory: "1 16",
+        steps: r#"
+          (func $steps (local $tries i32)
+            (loop $refused
+              (if (i32.ne (memory.grow (i32.const 100)) (i32.const -1)) (then unreachable))
+              (local.set $tries (i32.add (local.get $tries) (i32.const 1)))
+              (br_if $refused (i32.lt_u (local.get $tries) (i32.const 20))))
+            (if (i32.ne (memory.grow (i32.const 1)) (i32.const 1)) (then unreachable)))"#,
+        ..BARE
+    }
+    .build();
+    let skill = SkillComponent::load(&host.runtime, bytes, &host.tools)
+        .await
+        .unwrap();
+    // 20 refusals of 100 pages each: 125 MiB, twice the limit.
+    let report = skill
+        .run_with_limits(&json!({}), host.tools.clone(), ample_time())
+        .await
+        .expect("the last growth fits");
+    assert_eq!(report.outcome, RunOutcome::Done(json!({"ok": true})));
+}
+
+/// Regression: the pool's totals were `max_concurrent_instances` times 32
+/// (core instances), 2 and 4, multiplied unchecked: a huge value panicked
+/// in a debug build and wrapped to a small pool in a release build.
+#[test]
+fn a_pool_too_large_to_count_is_refused_naming_the_setting() {
+    let config = RuntimeConfig {
+        max_concurrent_instances: u32::MAX,
+        ..Default::default()
+    };
+    let error = Runtime::new(config).err().expect("refused");
+    assert!(
+        error.to_string().contains("max_concurrent_instances"),
+        "{error}"
     );
 }

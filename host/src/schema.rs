@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use jsonschema::error::ValidationErrorKind;
 use serde_json::Value;
 
+use crate::text::{Escaped, OUTSIDE_TEXT_BYTES};
+
 /// Violations described in one error; the rest are counted. Enough for a
 /// caller (or a model) to fix a typical call in one go, short enough to
 /// stay readable.
@@ -14,13 +16,18 @@ const VIOLATIONS_SHOWN: usize = 5;
 /// [`VIOLATIONS_SHOWN`]), each naming its field by JSON pointer, e.g.
 /// ``field `orderId`: 88231 is not of type "string"; field `reason`: missing
 /// (required)``, so the caller can fix them all at once.
+///
+/// The violations quote the value checked (its keys, its strings), which a
+/// guest or a model wrote: the description is escaped and cut at 4 KiB
+/// ([`crate::text::escaped`]) as it is written, since it is kept in records
+/// and logs.
 pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), String> {
     // `is_valid` stops at the first failure and builds no error: the fast
     // path for the common case. Only a failure pays for the description.
     if validator.is_valid(value) {
         return Ok(());
     }
-    let mut message = String::new();
+    let mut message = Escaped::new(OUTSIDE_TEXT_BYTES);
     let mut found = 0;
     for error in validator.iter_errors(value) {
         found += 1;
@@ -28,7 +35,7 @@ pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Str
             continue;
         }
         if found > 1 {
-            message.push_str("; ");
+            message.push("; ");
         }
         let path = error.instance_path().to_string();
         let field = path.trim_start_matches('/');
@@ -53,12 +60,13 @@ pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Str
             }
         }
     }
-    if found > VIOLATIONS_SHOWN {
-        let _ = write!(message, "; and {} more", found - VIOLATIONS_SHOWN);
-    }
-    if message.is_empty() {
+    if found == 0 {
         // `is_valid` and `iter_errors` disagreed; trust the latter.
         return Ok(());
+    }
+    let mut message = message.finish();
+    if found > VIOLATIONS_SHOWN {
+        let _ = write!(message, "; and {} more", found - VIOLATIONS_SHOWN);
     }
     Err(message)
 }
@@ -127,6 +135,19 @@ mod tests {
         )
         .unwrap_err();
         assert!(message.contains("'extra' was unexpected"), "{message}");
+    }
+
+    /// Regression: an unexpected key was quoted whole and raw, so a guest
+    /// calling a read tool with a 1 MiB key holding a line break wrote a
+    /// 1 MiB warning, and a line of its own.
+    #[test]
+    fn a_violation_quoting_a_huge_forged_key_is_escaped_and_cut() {
+        let key = format!("\nINFO forged line{}", "x".repeat(1 << 20));
+        let arguments = json!({"orderId": "1", "reason": "x", key: 1});
+        let message = check(&validator(), &arguments).unwrap_err();
+        assert!(message.len() < 2 * OUTSIDE_TEXT_BYTES, "{}", message.len());
+        assert!(message.contains("'\\nINFO forged line"), "{message}");
+        assert!(!message.contains('\n') && message.contains("bytes cut"));
     }
 
     #[test]

@@ -3,5 +3,6 @@
 pub mod configmap;
 pub mod environment;
 pub mod fixtures;
+pub mod hand_written;
 pub mod scripted_llm;
 pub mod signing;

@@ -1,6 +1,8 @@
 //! What a guest can reach: the `host` interface and limits; WASI is in
 //! [`super::wasi`].
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use super::bindings::skillhost::skill::{host, types};
 use super::limits::{Limit, Limits};
 use super::wasi::{self, SandboxWasi, WasiSources};
 use crate::skills::SkillName;
+use crate::text::{self, Escaped, OUTSIDE_TEXT_BYTES};
 use crate::tools::{ToolCaller, ToolError, ToolRegistry};
 
 /// Where a skill's permitted tool calls go. The runtime has already checked
@@ -89,7 +92,8 @@ pub enum RunOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCallRecord {
     pub tool: String,
-    /// What the guest was told when the call failed; `None` on success.
+    /// What the guest was told when the call failed, escaped and cut at
+    /// 4 KiB (it may quote the guest's arguments); `None` on success.
     pub error: Option<String>,
 }
 
@@ -147,11 +151,6 @@ pub struct HostState {
     table: ResourceTable,
 }
 
-/// Longest log message kept; the rest is cut with a marker.
-const LOG_MESSAGE_BYTES: usize = 4 << 10;
-/// Longest trap message kept (its backtrace names functions the guest
-/// chose); the rest is cut with a marker.
-const TRAP_MESSAGE_BYTES: usize = 4 << 10;
 /// What one call from the guest may copy to the host beyond the output
 /// limit: a tool's name and the canonical ABI's framing.
 const HOSTCALL_SLACK_BYTES: usize = 64 << 10;
@@ -234,10 +233,14 @@ impl HostState {
                 limit,
                 detail,
             },
-            // wasmtime's own bound on what one call copies from the guest.
+            // wasmtime's own bound on what one call copies from the guest
+            // (its error type is private, so known by its text). The root
+            // cause is wasmtime's: the causes around it include the
+            // backtrace, whose function names the guest chose.
             None if error
-                .chain()
-                .any(|cause| cause.to_string().contains("fuel allocated for hostcalls")) =>
+                .root_cause()
+                .to_string()
+                .contains("fuel allocated for hostcalls") =>
             {
                 InvokeError::LimitExceeded {
                     skill,
@@ -248,10 +251,16 @@ impl HostState {
                     ),
                 }
             }
-            None => InvokeError::Trap {
-                skill,
-                message: truncate(&format!("{error:#}"), TRAP_MESSAGE_BYTES).into_owned(),
-            },
+            None => {
+                // With its backtrace, which names functions the guest chose:
+                // written through the cut, so never held whole.
+                let mut message = Escaped::new(OUTSIDE_TEXT_BYTES);
+                let _ = write!(message, "{error:#}");
+                InvokeError::Trap {
+                    skill,
+                    message: message.finish(),
+                }
+            }
         }
     }
 
@@ -274,7 +283,7 @@ impl HostState {
             }
             return;
         }
-        let message = printable(&truncate(message, LOG_MESSAGE_BYTES)).into_owned();
+        let message = text::escaped(message, OUTSIDE_TEXT_BYTES).into_owned();
         let skill = self.skill.as_str();
         match level {
             types::LogLevel::Trace => tracing::trace!(target: "skill", skill, "{message}"),
@@ -285,7 +294,8 @@ impl HostState {
         }
     }
 
-    /// Moves what the guest wrote to stdout and stderr into the log. A
+    /// Moves what the guest wrote to stdout and stderr into the log, with
+    /// one notice for a stream written past what is captured of it. A
     /// suspended invocation's is dropped: the next attempt runs from the
     /// start and writes it again.
     pub(super) fn flush_captured_output(&mut self) {
@@ -293,13 +303,19 @@ impl HostState {
         if self.suspended_at.is_some() {
             return;
         }
-        for (level, pipe) in [
-            (types::LogLevel::Info, &wasi.stdout),
-            (types::LogLevel::Warn, &wasi.stderr),
+        for (stream, level, output) in [
+            ("stdout", types::LogLevel::Info, &wasi.stdout),
+            ("stderr", types::LogLevel::Warn, &wasi.stderr),
         ] {
-            let bytes = pipe.contents();
-            for line in String::from_utf8_lossy(&bytes).lines() {
+            let captured = output.take();
+            for line in String::from_utf8_lossy(&captured.kept).lines() {
                 self.log_line(level, line);
+            }
+            if captured.dropped > 0 {
+                tracing::warn!(
+                    skill = %self.skill, stream, kept_bytes = captured.kept.len(),
+                    dropped_bytes = captured.dropped, "output truncated"
+                );
             }
         }
     }
@@ -309,10 +325,12 @@ impl HostState {
         name: String,
         arguments: String,
     ) -> wasmtime::Result<Result<String, types::ToolError>> {
-        // Kept in records, logs and messages: never longer than a tool's.
-        let name = match truncate(&name, TOOL_NAME_BYTES) {
-            std::borrow::Cow::Borrowed(_) => name,
-            clipped => printable(&clipped).into_owned(),
+        // Kept in records, logs and messages: never longer than a tool's,
+        // and making no lines of its own. A tool's name is left as it is,
+        // so the check against the manifest is unchanged.
+        let name = match text::escaped(&name, TOOL_NAME_BYTES) {
+            Cow::Borrowed(_) => name,
+            shown => shown.into_owned(),
         };
         let calls_made = self.tool_calls.len() as u32;
         if calls_made > self.limits.tool_calls {
@@ -339,7 +357,10 @@ impl HostState {
         };
         self.tool_calls.push(ToolCallRecord {
             tool: name,
-            error: result.as_ref().err().map(ToString::to_string),
+            error: result
+                .as_ref()
+                .err()
+                .map(|error| text::escaped(&error.to_string(), OUTSIDE_TEXT_BYTES).into_owned()),
         });
         Ok(result.map_err(|error| types::ToolError {
             kind: tool_error_kind(&error),
@@ -405,39 +426,10 @@ fn tool_error_kind(error: &ToolError) -> types::ToolErrorKind {
     }
 }
 
-/// `text` with control characters escaped, so that a guest's text cannot
-/// make lines of its own in a log.
-fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return text.into();
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
-}
-
 /// The most one call from the guest may copy to the host: the output limit
 /// and some slack.
 fn hostcall_fuel(limits: &Limits) -> usize {
     limits.output_bytes.saturating_add(HOSTCALL_SLACK_BYTES)
-}
-
-fn truncate(message: &str, max: usize) -> std::borrow::Cow<'_, str> {
-    if message.len() <= max {
-        return message.into();
-    }
-    let mut end = max;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… [{} bytes cut]", &message[..end], message.len() - end).into()
 }
 
 impl host::Host for HostState {
@@ -472,12 +464,22 @@ impl WasiView for HostState {
 }
 
 impl ResourceLimiter for HostState {
+    /// Counts a growth before wasmtime makes it. wasmtime says nothing when
+    /// one succeeds, and `memory_grow_failed` does not say which failed (it
+    /// is also called for growths never passed here), so a rollback there
+    /// could count too little. Instead a growth wasmtime is sure to refuse,
+    /// past the memory's own maximum, is refused here uncounted. One failing
+    /// later (the system out of memory) stays counted: that errs on the side
+    /// of the limit.
     fn memory_growing(
         &mut self,
         current: usize,
         desired: usize,
-        _maximum: Option<usize>,
+        maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
+        if maximum.is_some_and(|maximum| desired > maximum) {
+            return Ok(false);
+        }
         // Called with `current == 0` when a memory is created, so the sum of
         // deltas is the guest's total across all its memories.
         let total = self.memory_bytes + (desired - current);
@@ -592,18 +594,4 @@ pub(super) fn sandboxed_store(engine: &Engine, state: HostState) -> Store<HostSt
         Ok(UpdateDeadline::Yield(1))
     });
     store
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_guests_text_makes_no_log_lines_of_its_own() {
-        assert_eq!(printable("plain text, ünïcode"), "plain text, ünïcode");
-        assert_eq!(
-            printable("ok\noutcome=done skill=other\r\u{1b}[2J"),
-            "ok\\noutcome=done skill=other\\r\\u{1b}[2J"
-        );
-    }
 }

@@ -38,11 +38,21 @@ use host::HostState;
 /// second or more, coarse enough that the ticker thread costs nothing.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
 
+/// What each instance slot brings to the pool's totals of core instances,
+/// memories and tables, which all instances share (see
+/// [`RuntimeConfig::max_concurrent_instances`]).
+const CORE_INSTANCES_PER_SLOT: u32 = 32;
+const MEMORIES_PER_SLOT: u32 = 2;
+const TABLES_PER_SLOT: u32 = 4;
+
 /// The most core instances, memories and tables one component may use,
 /// when the pool holds that many: a componentize-py guest with NumPy has 34
 /// core instances and a few memories and tables; a Rust guest one or two
 /// of each. Caps what one instance can take of the totals all share, so
-/// that one skill cannot hold the whole pool while the others wait.
+/// that in a pool of more than 4 slots one skill cannot hold all of any of
+/// them while the others wait. In a smaller pool the caps reach the totals
+/// (at 4 slots, 8 memories and 16 tables): one skill may take them all,
+/// and the others wait until it ends.
 const MAX_CORE_INSTANCES_PER_COMPONENT: u32 = 64;
 const MAX_MEMORIES_PER_COMPONENT: u32 = 8;
 const MAX_TABLES_PER_COMPONENT: u32 = 16;
@@ -70,7 +80,10 @@ pub struct RuntimeConfig {
     /// invocation that finds the totals in use by others waits too. One
     /// component may use at most 64 core instances, 8 memories and 16
     /// tables (or the totals, if smaller); one that needs more is refused
-    /// at load.
+    /// at load. So with more than 4 slots no component can hold all of a
+    /// total; with 4 or fewer one may take every memory and table while the
+    /// others wait. At least 1, and at most `u32::MAX / 32` (the totals are
+    /// counted in 32 bits).
     pub max_concurrent_instances: u32,
     /// Directory of the compilation cache: wasmtime's own cache, keyed by the
     /// SHA-256 of the component's bytes together with the engine's settings
@@ -98,6 +111,21 @@ impl Default for RuntimeConfig {
             function_cache_bytes: 64 << 20,
         }
     }
+}
+
+/// Why a [`RuntimeConfig`] makes no runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeConfigError {
+    /// With no slot, every invocation would wait forever.
+    #[error("max_concurrent_instances must be at least 1")]
+    NoInstanceSlots,
+    #[error(
+        "max_concurrent_instances is {0}, more than the pool can count: each slot brings \
+         {CORE_INSTANCES_PER_SLOT} core instances to its totals, counted in 32 bits (at most \
+         {max})",
+        max = u32::MAX / CORE_INSTANCES_PER_SLOT
+    )]
+    TooManyInstanceSlots(u32),
 }
 
 /// The shared sandbox: engine, linker and epoch ticker. Cheap to clone.
@@ -149,15 +177,11 @@ pub struct CacheStats {
 impl Runtime {
     /// Creates the engine and linker and starts the epoch ticker. Fails when
     /// the engine cannot be configured, e.g. when `config.cache_dir` cannot be
-    /// created, or when `max_concurrent_instances` is 0.
+    /// created, or when `max_concurrent_instances` is out of range
+    /// ([`RuntimeConfigError`]).
     pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
-        // With no slot, every invocation would wait forever.
-        anyhow::ensure!(
-            config.max_concurrent_instances > 0,
-            "max_concurrent_instances must be at least 1"
-        );
+        let mut engine_config = engine_config(&config)?;
         let cache = config.cache_dir.as_deref().map(open_cache).transpose()?;
-        let mut engine_config = engine_config(&config);
         engine_config.cache(cache.clone());
         if config.function_cache_bytes > 0 {
             let functions = FunctionCache::new(config.function_cache_bytes);
@@ -289,17 +313,25 @@ impl Drop for InstanceSlot<'_> {
     }
 }
 
-fn engine_config(config: &RuntimeConfig) -> Config {
-    let mut pool = PoolingAllocationConfig::new();
+fn engine_config(config: &RuntimeConfig) -> Result<Config, RuntimeConfigError> {
     let instances = config.max_concurrent_instances;
+    if instances == 0 {
+        return Err(RuntimeConfigError::NoInstanceSlots);
+    }
     // Shared by all instances: a Rust guest uses one or two of each, a
     // componentize-py guest dozens of core instances (34 with NumPy). A core
     // instance costs only its metadata, allocated when used; a memory or
     // table slot reserves address space up front. A component needing more
     // than its share could never be instantiated: it is refused at load.
-    let core_instances = instances * 32;
-    let memories = instances * 2;
-    let tables = instances * 4;
+    let total = |per_slot: u32| {
+        instances
+            .checked_mul(per_slot)
+            .ok_or(RuntimeConfigError::TooManyInstanceSlots(instances))
+    };
+    let core_instances = total(CORE_INSTANCES_PER_SLOT)?;
+    let memories = total(MEMORIES_PER_SLOT)?;
+    let tables = total(TABLES_PER_SLOT)?;
+    let mut pool = PoolingAllocationConfig::new();
     pool.total_component_instances(instances)
         .total_core_instances(core_instances)
         .max_core_instances_per_component(core_instances.min(MAX_CORE_INSTANCES_PER_COMPONENT))
@@ -319,7 +351,7 @@ fn engine_config(config: &RuntimeConfig) -> Config {
     wasm.wasm_component_model(true)
         .epoch_interruption(true)
         .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    wasm
+    Ok(wasm)
 }
 
 /// Opens (creating it when missing) the compilation cache in `dir`, with

@@ -16,15 +16,26 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokio::io::AsyncWrite;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder};
 
 /// Captured stdout or stderr kept per stream. Beyond this the guest's writes
-/// fail, as on a full pipe.
+/// still succeed and what they carry is dropped (and counted): a guest
+/// printing more than this is chatty, not hostile, and a failed write would
+/// end it (Rust's `println!` panics, Python's `print` raises).
 const CAPTURED_OUTPUT_BYTES: usize = 64 << 10;
+/// What one write may carry, as wasmtime's own streams allow: the host
+/// allocates that much for a guest's `write-zeroes`.
+const WRITE_PERMIT_BYTES: usize = 64 << 10;
 /// Random bytes one WASI call may ask for; a larger request traps. The host
 /// allocates them before the guest's memory limit applies, so wasmtime's
 /// 64 MiB default would let each invocation make the host allocate that.
@@ -52,14 +63,14 @@ pub(super) fn resource_table() -> ResourceTable {
 /// A WASI context that grants nothing, built only for guests that use WASI.
 pub(super) struct SandboxWasi {
     pub(super) ctx: WasiCtx,
-    pub(super) stdout: MemoryOutputPipe,
-    pub(super) stderr: MemoryOutputPipe,
+    pub(super) stdout: CapturedOutput,
+    pub(super) stderr: CapturedOutput,
 }
 
 impl SandboxWasi {
     pub(super) fn new(sources: &WasiSources) -> Self {
-        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
-        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let stdout = CapturedOutput::default();
+        let stderr = CapturedOutput::default();
         let mut builder = WasiCtxBuilder::new();
         // Fail closed: every capability is off unless listed here. The
         // builder's defaults already grant no files, env, args or stdin; we
@@ -77,6 +88,99 @@ impl SandboxWasi {
             stdout,
             stderr,
         }
+    }
+}
+
+/// A guest's stdout or stderr: the first [`CAPTURED_OUTPUT_BYTES`] kept,
+/// the rest accepted and counted. Clones share what was written.
+#[derive(Clone, Default)]
+pub(super) struct CapturedOutput {
+    written: Arc<Mutex<Captured>>,
+}
+
+/// What a guest wrote to one stream.
+#[derive(Default)]
+pub(super) struct Captured {
+    /// The first [`CAPTURED_OUTPUT_BYTES`].
+    pub(super) kept: Vec<u8>,
+    /// How many bytes past those were dropped.
+    pub(super) dropped: usize,
+}
+
+impl CapturedOutput {
+    /// What was written so far, taken out of the stream.
+    pub(super) fn take(&self) -> Captured {
+        std::mem::take(&mut self.captured())
+    }
+
+    fn captured(&self) -> std::sync::MutexGuard<'_, Captured> {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_bytes(&self, bytes: &[u8]) {
+        let mut captured = self.captured();
+        let room = CAPTURED_OUTPUT_BYTES - captured.kept.len();
+        let (kept, dropped) = bytes.split_at(bytes.len().min(room));
+        captured.kept.extend_from_slice(kept);
+        captured.dropped += dropped.len();
+    }
+}
+
+#[async_trait::async_trait]
+impl OutputStream for CapturedOutput {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.write_bytes(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_PERMIT_BYTES)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for CapturedOutput {
+    /// Always ready: a write never waits.
+    async fn ready(&mut self) {}
+}
+
+/// `StdoutStream` asks for tokio's writer too (WASI 0.3 writes through it).
+impl AsyncWrite for CapturedOutput {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        bytes: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.write_bytes(bytes);
+        Poll::Ready(Ok(bytes.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for CapturedOutput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for CapturedOutput {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
     }
 }
 
@@ -202,6 +306,19 @@ impl HostMonotonicClock for Replayed<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writes_past_the_captured_output_succeed_and_are_counted() {
+        let mut output = CapturedOutput::default();
+        let line = Bytes::from(vec![b'x'; 4096]);
+        for _ in 0..40 {
+            assert_eq!(output.check_write().unwrap(), WRITE_PERMIT_BYTES);
+            output.write(line.clone()).expect("the write succeeds");
+        }
+        let captured = output.take();
+        assert_eq!(captured.kept.len(), CAPTURED_OUTPUT_BYTES);
+        assert_eq!(captured.dropped, 40 * 4096 - CAPTURED_OUTPUT_BYTES);
+    }
 
     /// A clock that advances by one at each reading, from `start`.
     fn ticking(start: u64) -> impl Fn() -> u64 + Send {

@@ -51,6 +51,7 @@ use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit, Semaphore, broadcast}
 use super::SkillName;
 use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
 use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
+use crate::text::{self, OUTSIDE_TEXT_BYTES};
 use crate::tools::ToolRegistry;
 
 /// A skill as loaded from a file.
@@ -259,7 +260,9 @@ impl FileError {
     /// The failure of the file `path` whose content (`digest`) failed so.
     fn into_failure(self, path: &Path, digest: Option<String>) -> LoadFailure {
         let kind = self.kind();
-        let reason = self.to_string();
+        // It may quote the file's own text (a manifest's name, a trap's
+        // backtrace), and is logged at warn and served to clients.
+        let reason = text::escaped(&self.to_string(), OUTSIDE_TEXT_BYTES).into_owned();
         LoadFailure {
             path: path.to_owned(),
             kind,

@@ -1,5 +1,5 @@
 use std::collections::BTreeMap;
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,6 +8,7 @@ use tracing::{Instrument, Span, field};
 
 use super::{Access, Tool, ToolError, ToolSpec};
 use crate::skills::manifest::{LOAD_SKILL, is_function_name};
+use crate::text::{self, Escaped, OUTSIDE_TEXT_BYTES};
 
 /// A tool with its argument schema compiled once, at registration.
 pub struct RegisteredTool {
@@ -251,6 +252,9 @@ impl<'a> ToolCallSpan<'a> {
         };
         self.span.in_scope(|| match self.access {
             Some(Access::Read) => {
+                // A tool's message may quote what the caller sent.
+                let error = error.to_string();
+                let error = text::escaped(&error, OUTSIDE_TEXT_BYTES);
                 tracing::warn!(tool, caller = %caller, refused, outcome, %error, "{message}");
             }
             _ => tracing::warn!(tool, caller = %caller, refused, outcome, "{message}"),
@@ -259,7 +263,9 @@ impl<'a> ToolCallSpan<'a> {
 }
 
 /// Tool arguments as the logs show them: in clear for a read tool; for a
-/// write tool their size and top-level keys, never their values.
+/// write tool their size and top-level keys, never their values. Logged
+/// before they are validated (a refused call's are what one looks for), so
+/// what a caller wrote is escaped and cut at 4 KiB.
 struct LoggedArguments<'a> {
     access: Access,
     arguments: &'a Value,
@@ -267,15 +273,20 @@ struct LoggedArguments<'a> {
 
 impl fmt::Display for LoggedArguments<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut shown = Escaped::new(OUTSIDE_TEXT_BYTES);
         if self.access == Access::Read {
-            return write!(f, "{}", self.arguments);
+            let _ = write!(shown, "{}", self.arguments);
+            return f.write_str(&shown.finish());
         }
         let bytes = self.arguments.to_string().len();
         write!(f, "<redacted: {bytes} bytes")?;
         if let Value::Object(map) = self.arguments {
-            let keys: Vec<&str> = map.keys().map(String::as_str).collect();
-            write!(f, "; keys: {}", keys.join(", "))?;
+            for (at, key) in map.keys().enumerate() {
+                shown.push(if at == 0 { "; keys: " } else { ", " });
+                shown.push(key);
+            }
         }
+        f.write_str(&shown.finish())?;
         f.write_str(">")
     }
 }
@@ -325,6 +336,22 @@ mod tests {
             logged(Access::Read, &arguments),
             r#"{"orderId":"88231","reason":"private words"}"#
         );
+    }
+
+    /// Regression: a write tool's argument keys were logged whole and raw at
+    /// debug, before the arguments were validated: a key with a line break
+    /// wrote a line of the caller's own.
+    #[test]
+    fn write_tool_argument_keys_are_logged_escaped_and_cut() {
+        let key = format!("\nINFO forged line{}", "x".repeat(1 << 20));
+        let shown = logged(Access::Write, &json!({ key: 1, "reason": "private words" }));
+        assert!(shown.len() < 2 * OUTSIDE_TEXT_BYTES, "{}", shown.len());
+        assert!(shown.contains("keys: \\nINFO forged line"), "{shown}");
+        assert!(
+            !shown.contains('\n') && shown.ends_with(" bytes cut]>"),
+            "{shown}"
+        );
+        assert!(!shown.contains("private words"));
     }
 
     fn named(name: &str) -> Arc<dyn Tool> {
