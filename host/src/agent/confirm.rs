@@ -223,21 +223,47 @@ pub const MAX_EXPIRY: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Characters of one argument value shown in a summary.
 const SUMMARY_VALUE_CHARS: usize = 80;
 
-/// One line for a person: `tool: field 'text', count 2`.
+/// One line for a person: `tool: field 'text', count 2`. What the model
+/// wrote cannot make it say something else: see [`shown`].
 fn summarize(tool: &str, arguments: &Value) -> String {
     let fields = match arguments {
         Value::Object(fields) if fields.is_empty() => return tool.to_owned(),
         Value::Object(fields) => fields,
-        other => return format!("{tool}: {}", clip(&other.to_string(), SUMMARY_VALUE_CHARS)),
+        other => return format!("{tool}: {}", shown(&other.to_string(), false)),
     };
-    let shown: Vec<String> = fields
+    let parts: Vec<String> = fields
         .iter()
-        .map(|(name, value)| match value {
-            Value::String(text) => format!("{name} '{}'", clip(text, SUMMARY_VALUE_CHARS)),
-            other => format!("{name} {}", clip(&other.to_string(), SUMMARY_VALUE_CHARS)),
+        .map(|(name, value)| {
+            let value = match value {
+                Value::String(text) => format!("'{}'", shown(text, true)),
+                other => shown(&other.to_string(), false),
+            };
+            format!("{} {value}", shown(name, false))
         })
         .collect();
-    format!("{tool}: {}", shown.join(", "))
+    format!("{tool}: {}", parts.join(", "))
+}
+
+/// `text` as a summary shows it: at most [`SUMMARY_VALUE_CHARS`] characters
+/// and `…`; control characters and those that reorder or hide text
+/// (bidirectional overrides, zero-width ones) written out, so that it can
+/// neither start a line of its own nor show other words than it holds;
+/// `quoted`: `'` and `\` escaped too, so that a value cannot seem to end
+/// early (`'Road 1', orderId '88231'` inside one value).
+fn shown(text: &str, quoted: bool) -> String {
+    let mut shown = String::with_capacity(text.len().min(SUMMARY_VALUE_CHARS * 4));
+    for c in clip(text, SUMMARY_VALUE_CHARS).chars() {
+        let reorders = matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || reorders {
+            shown.extend(c.escape_unicode());
+        } else if quoted && matches!(c, '\'' | '\\') {
+            shown.push('\\');
+            shown.push(c);
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 fn http_date<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
@@ -275,6 +301,26 @@ mod tests {
             "update_cart_item: quantity 2"
         );
         assert!(summarize("t", &json!({"a": "x".repeat(200)})).ends_with("…'"));
+    }
+
+    #[test]
+    fn a_summary_shows_what_the_arguments_hold_and_nothing_else() {
+        // A value that would read as two fields.
+        assert_eq!(
+            summarize(
+                "change_address",
+                &json!({"address": "Road 1', orderId '88231", "orderId": "99001"})
+            ),
+            r"change_address: address 'Road 1\', orderId \'88231', orderId '99001'"
+        );
+        // Lines of its own, text shown reversed, a key with a newline.
+        assert_eq!(
+            summarize(
+                "t",
+                &json!({"a": "x\n  approve: yes", "b": "\u{202e}kcab", "c\nd": 1})
+            ),
+            r"t: a 'x\u{a}  approve: yes', b '\u{202e}kcab', c\u{a}d 1"
+        );
     }
 
     #[tokio::test]
