@@ -49,7 +49,8 @@ pub struct AgentConfig {
     /// Context budget in estimated tokens (see [`super::tokens`]): the
     /// messages plus the round's function list. Over it, the oldest turns
     /// are evicted before the round (see [`Transcript::compact`]). A tool's
-    /// or skill's result longer than a quarter of it is cut, saying so.
+    /// or skill's result longer than a quarter of it (and than 1,000
+    /// tokens) is cut, saying so.
     /// Default: 32,000 — within every context window the client targets,
     /// with room left for the answer.
     ///

@@ -280,7 +280,7 @@ impl<S: Scope> Loop<'_, S> {
             let content = if call.name() == LOAD_SKILL {
                 content
             } else {
-                fit_result(content, self.run.agent.config.context_budget / 4)
+                fit_result(content, result_tokens(self.run.agent.config.context_budget))
             };
             transcript.push(Message::tool(&call.id, call.name(), content));
         }
@@ -356,6 +356,14 @@ impl<S: Scope> Loop<'_, S> {
             .execute(self.run, &self.caller, call, loaded)
             .await
     }
+}
+
+/// The most tokens of one call's result the transcript keeps: a quarter of
+/// the context budget, and at least enough for an ordinary result (a
+/// budget that small evicts everything else instead).
+fn result_tokens(context_budget: usize) -> usize {
+    const ORDINARY_RESULT_TOKENS: usize = 1_000;
+    (context_budget / 4).max(ORDINARY_RESULT_TOKENS)
 }
 
 /// A call's result as the transcript keeps it: at most `max_tokens`
