@@ -20,7 +20,9 @@
 //! `delivered` until the money is back (then `refunded`, as `55008` shows).
 //! Refund ids are `RF` + the shop-local date + a 3-digit sequence of the day:
 //! the first refund of 2026-06-29 is `RF20260629001` (after-sale tickets `AS…`,
-//! support tickets `TK…` likewise). "Today" comes from a [`DemoClock`].
+//! support tickets `TK…` likewise). "Today" comes from a [`DemoClock`]: by
+//! default the shop's own, which a new database starts at the articles'
+//! "now", 2026-06-29 14:00 shop time, and which runs on from there.
 //!
 //! The tools come in the two articles' dialects, one implementation each:
 //! [`article_003_tools`] (camelCase: `queryOrder {orderId}`, …) and
@@ -713,19 +715,57 @@ mod tests {
         );
     }
 
+    /// The seed is dated around the articles' "now": on the machine's clock
+    /// (December 2026 when this was written) every seeded coupon had expired
+    /// and 88231 was months past its 7-day return window.
+    #[tokio::test]
+    async fn a_new_shop_runs_on_the_articles_clock_and_a_reopened_one_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shop.sqlite");
+        let mut registry = ToolRegistry::new();
+        register_all(&mut registry, Arc::new(DemoDb::open(&path).unwrap())).unwrap();
+        let now = registry.call("getCurrentTime", json!({})).await.unwrap();
+        assert_eq!(now["date"], "2026-06-29", "{now}");
+        assert!(now["now"].as_str().unwrap() >= "2026-06-29 14:00:00");
+        let refund = registry
+            .call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refund["refundId"], "RF20260629001");
+        let order = registry
+            .call("create_order", json!({"coupon_id": "C001"}))
+            .await
+            .unwrap();
+        assert_eq!(order["discount"], 100.0);
+        drop(registry);
+
+        // A day passes on the machine's clock: the shop's moves on with it.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "UPDATE shop_clock SET machine_started_at = datetime(machine_started_at, '-1 day')",
+            )
+            .unwrap();
+        let reopened = DemoDb::open(&path).unwrap();
+        assert_eq!(reopened.clock().now().date(), "2026-06-30");
+    }
+
     #[test]
     fn a_database_from_a_newer_build_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shop.sqlite");
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.pragma_update(None, "user_version", 3).unwrap();
         drop(conn);
         let error = DemoDb::open(&path).err().expect("refused");
         assert!(matches!(
             error,
             DemoDbError::UnsupportedSchema {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             }
         ));

@@ -9,18 +9,19 @@ use rusqlite::config::DbConfig;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use super::clock::DemoClock;
+use super::clock::{DemoClock, ShopTime};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const SEED: &str = include_str!("seed.sql");
 /// The schema version this build creates and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The "Bit Select" shop of the articles in an embedded SQLite database.
 ///
 /// A new database (a missing or empty file, or memory) gets the schema and
-/// the seed data; an existing file is used as it is, so writes persist across
-/// runs. All access goes through one connection behind a mutex: every query is
+/// the seed data, and its clock starts at the seed's moment; an existing file
+/// is used as it is, so writes persist across runs and its clock goes on
+/// from where it was (see [`DemoClock::Running`]). All access goes through one connection behind a mutex: every query is
 /// a few microseconds, and holding the lock across a check and its write makes
 /// each operation atomic.
 pub struct DemoDb {
@@ -89,8 +90,8 @@ impl CachedQueryRow for Connection {
 }
 
 impl DemoDb {
-    /// Opens (or creates and seeds) the database file at `path`. Uses the
-    /// system clock; see [`DemoDb::with_clock`].
+    /// Opens (or creates and seeds) the database file at `path`, on the
+    /// shop's own clock; see [`DemoDb::with_clock`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DemoDbError> {
         let path = path.as_ref();
         let conn = Connection::open(path).map_err(|cause| DemoDbError::Open {
@@ -103,7 +104,8 @@ impl DemoDb {
         })
     }
 
-    /// A fresh, seeded database in memory; nothing persists.
+    /// A fresh, seeded database in memory, its clock started at the seed's
+    /// moment; nothing persists.
     pub fn in_memory() -> Result<Self, DemoDbError> {
         Self::init(Connection::open_in_memory()?, Path::new(":memory:"))
     }
@@ -115,8 +117,10 @@ impl DemoDb {
         self.in_file
     }
 
-    /// Replaces the clock (the system clock by default), e.g. with a fixed
-    /// instant so that refund ids are stable in tests.
+    /// Replaces the shop's own clock, e.g. with [`DemoClock::System`] for the
+    /// machine's (the seeded coupons then expire in real time), or a fixed
+    /// instant so that refund ids are stable in tests. Not kept in the
+    /// database: the next open is on the shop's clock again.
     #[must_use]
     pub fn with_clock(mut self, clock: DemoClock) -> Self {
         self.clock = clock;
@@ -169,9 +173,20 @@ impl DemoDb {
                 });
             }
         }
+        // The default clock is the shop's own, started by the seed (see
+        // seed.sql), so that the seeded data reads as in the articles on any
+        // date; an embedder who wants the machine's says so (`with_clock`).
+        let (started_at, machine_started_at) = conn.query_row(
+            "SELECT started_at, machine_started_at FROM shop_clock",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
         Ok(Self {
             conn: Mutex::new(conn),
-            clock: DemoClock::default(),
+            clock: DemoClock::Running {
+                started_at,
+                machine_started_at,
+            },
             in_file: false,
         })
     }
@@ -314,6 +329,15 @@ macro_rules! sql_text_enum {
 
 sql_text_enum!(OrderStatus);
 sql_text_enum!(RefundStatus);
+
+impl FromSql for ShopTime {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|error| FromSqlError::Other(Box::new(error)))
+    }
+}
 
 /// A refund as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
