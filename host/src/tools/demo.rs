@@ -248,6 +248,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refund_and_an_after_sale_request_on_one_order_exclude_each_other() {
+        // Refunded: no exchange or repair on top.
+        let (_db, registry) = shop();
+        registry
+            .call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            )
+            .await
+            .unwrap();
+        for kind in ["exchange", "repair"] {
+            let message = rejection(
+                registry
+                    .call(
+                        "apply_after_sale",
+                        json!({"order_id": "88231", "type": kind, "reason": "x"}),
+                    )
+                    .await,
+            );
+            assert_eq!(
+                message,
+                "order 88231 already has refund RF20260629001 (processing); a refunded order \
+                 cannot also be exchanged or repaired",
+                "{kind}"
+            );
+        }
+        let tickets = registry
+            .call("query_after_sale", json!({"order_id": "88231"}))
+            .await
+            .unwrap();
+        assert_eq!(tickets["count"], 0);
+
+        // An exchange or a repair in progress: no refund meanwhile.
+        for kind in ["exchange", "repair"] {
+            let (db, registry) = shop();
+            registry
+                .call(
+                    "apply_after_sale",
+                    json!({"order_id": "88231", "type": kind, "reason": "E05"}),
+                )
+                .await
+                .unwrap();
+            let message = rejection(
+                registry
+                    .call(
+                        "applyRefund",
+                        json!({"orderId": "88231", "reason": "broken"}),
+                    )
+                    .await,
+            );
+            assert_eq!(
+                message,
+                format!(
+                    "order 88231 has after-sale ticket AS20260629001 ({kind}, pending_review) in \
+                     progress; a refund can be requested once that ticket is resolved"
+                )
+            );
+            assert!(db.refunds_for("88231").unwrap().is_empty());
+        }
+    }
+
+    #[tokio::test]
     async fn unknown_order_is_a_business_answer() {
         let (db, registry) = shop();
         for (tool, arguments) in [

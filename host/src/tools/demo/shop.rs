@@ -316,14 +316,27 @@ fn open_after_sale(
     .optional()
 }
 
-/// Rejects a second refund of the same order.
-fn ensure_not_refunded(conn: &Connection, order_id: &str) -> Result<(), OpError> {
-    match refund_of(conn, order_id)? {
-        Some((refund_id, status)) => Err(OpError::Rejected(format!(
-            "order {order_id} already has refund {refund_id} ({status}); an order can be refunded only once"
-        ))),
-        None => Ok(()),
-    }
+/// Rejects what a refund of the order rules out: a second refund (or a
+/// return for one), and an exchange or a repair of an item whose money went
+/// back.
+fn ensure_not_refunded(
+    conn: &Connection,
+    order: &Order,
+    asked: AfterSaleKind,
+) -> Result<(), OpError> {
+    let Some((refund_id, status)) = refund_of(conn, &order.order_id)? else {
+        return Ok(());
+    };
+    let why = match asked {
+        AfterSaleKind::Refund | AfterSaleKind::Return => "an order can be refunded only once",
+        AfterSaleKind::Exchange | AfterSaleKind::Repair => {
+            "a refunded order cannot also be exchanged or repaired"
+        }
+    };
+    Err(OpError::Rejected(format!(
+        "order {} already has refund {refund_id} ({status}); {why}",
+        order.order_id
+    )))
 }
 
 /// Records a full refund of an order as `processing`, under the next refund
@@ -603,19 +616,19 @@ impl DemoDb {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
-        ensure_not_refunded(&tx, order_id)?;
+        ensure_not_refunded(&tx, &order, AfterSaleKind::Refund)?;
         if order.status != OrderStatus::Delivered {
             return Err(OpError::Rejected(format!(
                 "order {order_id} is {}; a refund needs the order to be delivered",
                 order.status
             )));
         }
-        if let Some((ticket_id, kind, status)) = open_after_sale(&tx, order_id)?
-            && (kind == "refund" || kind == "return")
-        {
+        // Any open ticket, an exchange or a repair too: refunded meanwhile,
+        // the item would be paid back and also replaced or repaired.
+        if let Some((ticket_id, kind, status)) = open_after_sale(&tx, order_id)? {
             return Err(OpError::Rejected(format!(
                 "order {order_id} has after-sale ticket {ticket_id} ({kind}, {status}) in progress; \
-                 wait for it instead of a second request"
+                 a refund can be requested once that ticket is resolved"
             )));
         }
         let refund_id = insert_refund(&tx, order_id, reason, order.amount_cents, now)?;
@@ -791,9 +804,7 @@ impl DemoDb {
                 "order {order_id} already has after-sale ticket {ticket_id} ({open_kind}, {status}) in progress"
             )));
         }
-        if matches!(kind, AfterSaleKind::Refund | AfterSaleKind::Return) {
-            ensure_not_refunded(&tx, order_id)?;
-        }
+        ensure_not_refunded(&tx, &order, kind)?;
         let ticket_id = DailyId::AfterSale.next(&tx, now)?;
         tx.execute(
             "INSERT INTO after_sales (ticket_id, order_id, kind, reason, status, created_at)

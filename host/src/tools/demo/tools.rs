@@ -247,8 +247,9 @@ impl Operation {
             ),
             Self::ApplyRefund => (
                 "Submit a full refund of an order to the original payment method. Only a delivered \
-                 (signed-for) order can be refunded, and only once; otherwise the call is rejected \
-                 with the reason to tell the customer. Returns the refund id and when the money \
+                 (signed-for) order can be refunded, only once, and not while an after-sale request \
+                 on it is in progress; otherwise the call is rejected with the reason to tell the \
+                 customer. Returns the refund id and when the money \
                  arrives. Changes data."
                     .to_owned(),
                 vec![
@@ -320,8 +321,8 @@ impl Operation {
             Self::ApplyAfterSale => (
                 "Open an after-sale request on a delivered order: a refund, a return (send the item \
                  back for a refund), an exchange or a repair. Rejected when the order is not \
-                 delivered, already has a request in progress, or (refund, return) was already \
-                 refunded. Returns the ticket id and the next step. Changes data."
+                 delivered, already has a request in progress, or was refunded (a refunded order \
+                 gets no second refund, no return, exchange or repair). Returns the ticket id and the next step. Changes data."
                     .to_owned(),
                 vec![
                     order_id(true, order_number),
