@@ -21,9 +21,11 @@ const SCHEMA_VERSION: i64 = 2;
 /// A new database (a missing or empty file, or memory) gets the schema and
 /// the seed data, and its clock starts at the seed's moment; an existing file
 /// is used as it is, so writes persist across runs and its clock goes on
-/// from where it was (see [`DemoClock::Running`]). All access goes through one connection behind a mutex: every query is
-/// a few microseconds, and holding the lock across a check and its write makes
-/// each operation atomic.
+/// from where it was (see [`DemoClock::Running`]). All access goes through
+/// one connection behind a mutex: every query is a few microseconds, and
+/// holding the lock across a check and its write makes each operation atomic
+/// in the process; the write's transaction (`write_transaction`) makes it
+/// atomic against other processes on the file.
 pub struct DemoDb {
     conn: Mutex<Connection>,
     clock: DemoClock,

@@ -761,18 +761,20 @@ impl DemoDb {
 
     /// Changes the delivery address of an order that has not shipped.
     pub(super) fn change_address(&self, order_id: &str, address: &str) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let order = find_order(&conn, order_id)?;
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let order = find_order(&tx, order_id)?;
         if !order.status.before_shipping() {
             return Err(OpError::Rejected(format!(
                 "order {order_id} is {}; the address can only be changed before the order ships",
                 order.status
             )));
         }
-        conn.execute(
+        tx.execute(
             "UPDATE orders SET address = ?2 WHERE order_id = ?1",
             params![order_id, address],
         )?;
+        tx.commit()?;
         Ok(json!({
             "success": true,
             "order_id": order_id,
@@ -900,8 +902,9 @@ impl DemoDb {
         product_id: &str,
         quantity: u32,
     ) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let stock: i64 = conn
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let stock: i64 = tx
             .query_row_cached(
                 "SELECT stock FROM products WHERE product_id = ?1",
                 params![product_id],
@@ -910,7 +913,7 @@ impl DemoDb {
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("product {product_id} not found")))?;
         if quantity == 0 {
-            conn.execute(
+            tx.execute(
                 "DELETE FROM cart_items WHERE customer_id = ?1 AND product_id = ?2",
                 params![DEMO_CUSTOMER, product_id],
             )?;
@@ -919,13 +922,15 @@ impl DemoDb {
                 "only {stock} of product {product_id} in stock"
             )));
         } else {
-            conn.execute(
+            tx.execute(
                 "INSERT INTO cart_items (customer_id, product_id, quantity) VALUES (?1, ?2, ?3)
                  ON CONFLICT (customer_id, product_id) DO UPDATE SET quantity = excluded.quantity",
                 params![DEMO_CUSTOMER, product_id, quantity],
             )?;
         }
-        Ok(json!({ "success": true, "cart": cart_json(&conn)? }))
+        let cart = cart_json(&tx)?;
+        tx.commit()?;
+        Ok(json!({ "success": true, "cart": cart }))
     }
 
     /// Turns the cart into an order awaiting payment, optionally with a
@@ -1022,18 +1027,20 @@ impl DemoDb {
         order_id: &str,
         method: PaymentMethod,
     ) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let order = find_order(&conn, order_id)?;
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let order = find_order(&tx, order_id)?;
         if order.status != OrderStatus::PendingPayment {
             return Err(OpError::Rejected(format!(
                 "order {order_id} is {}; only an order awaiting payment (pending_payment) can be paid",
                 order.status
             )));
         }
-        conn.execute(
+        tx.execute(
             "UPDATE orders SET status = ?2, payment_method = ?3 WHERE order_id = ?1",
             params![order_id, OrderStatus::Paid, method.as_str()],
         )?;
+        tx.commit()?;
         Ok(json!({
             "success": true,
             "order_id": order_id,
@@ -1259,9 +1266,119 @@ fn usable_coupon_discount(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
+
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    /// Whether the shop's connection has waited for another's write lock.
+    static WAITED: Mutex<bool> = Mutex::new(false);
+    static WAIT_SEEN: Condvar = Condvar::new();
+
+    /// A busy handler that tells the test each time the shop waits, then
+    /// waits on.
+    fn note_the_wait(_retries: i32) -> bool {
+        *WAITED.lock().unwrap() = true;
+        WAIT_SEEN.notify_all();
+        std::thread::sleep(Duration::from_millis(1));
+        true
+    }
+
+    /// Runs `operation` on a new shop file in `dir` while another process
+    /// holds its write lock with `change` made, and commits the change once
+    /// the shop waits for the lock: an operation that checked before it
+    /// waited acts on what it read before the change. Returns the
+    /// operation's outcome and the other process's connection, to read what
+    /// was written.
+    fn with_another_writer(
+        dir: &tempfile::TempDir,
+        change: &str,
+        operation: impl FnOnce(&DemoDb) -> Result<Value, OpError> + Send,
+    ) -> (Result<Value, OpError>, Connection) {
+        let path = dir.path().join("shop.sqlite");
+        let db = DemoDb::open(&path).unwrap();
+        db.lock().busy_handler(Some(note_the_wait)).unwrap();
+        let other_process = Connection::open(&path).unwrap();
+        other_process
+            .execute_batch(&format!("BEGIN IMMEDIATE; {change}"))
+            .unwrap();
+        *WAITED.lock().unwrap() = false;
+        let outcome = std::thread::scope(|scope| {
+            let operation = scope.spawn(|| operation(&db));
+            let waited = *WAIT_SEEN
+                .wait_timeout_while(WAITED.lock().unwrap(), Duration::from_secs(60), |waited| {
+                    !*waited
+                })
+                .unwrap()
+                .0;
+            // Committed before any assertion, so that the operation ends.
+            other_process.execute_batch("COMMIT").unwrap();
+            let outcome = operation.join().unwrap();
+            assert!(waited, "the operation never waited for the write lock");
+            outcome
+        });
+        (outcome, other_process)
+    }
+
+    /// `pay_order`, `change_address` and `update_cart_item` read what they
+    /// check in the transaction of their write, so another process's
+    /// cancel, shipment or sale cannot come in between.
+    #[test]
+    fn a_check_and_its_write_let_no_other_writer_in_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paid, other) = with_another_writer(
+            &dir,
+            "UPDATE orders SET status = 'cancelled' WHERE order_id = '88240'",
+            |db| db.pay_order("88240", PaymentMethod::Alipay),
+        );
+        assert!(matches!(paid, Err(OpError::Rejected(_))), "{paid:?}");
+        let (status, method): (String, Option<String>) = other
+            .query_row(
+                "SELECT status, payment_method FROM orders WHERE order_id = '88240'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((status.as_str(), method), ("cancelled", None));
+
+        let dir = tempfile::tempdir().unwrap();
+        let (redirected, other) = with_another_writer(
+            &dir,
+            "UPDATE orders SET status = 'shipped', tracking_no = 'SF5550001111' \
+             WHERE order_id = '88239'",
+            |db| db.change_address("88239", "1 Other Road, Guangzhou"),
+        );
+        assert!(
+            matches!(redirected, Err(OpError::Rejected(_))),
+            "{redirected:?}"
+        );
+        let address: String = other
+            .query_row(
+                "SELECT address FROM orders WHERE order_id = '88239'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert!(address.starts_with("Room 1203"), "{address}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let (added, other) = with_another_writer(
+            &dir,
+            "UPDATE products SET stock = 1 WHERE product_id = 'P1005'",
+            |db| db.update_cart_item("P1005", 5),
+        );
+        assert!(matches!(added, Err(OpError::Rejected(_))), "{added:?}");
+        let in_cart: i64 = other
+            .query_row(
+                "SELECT count(*) FROM cart_items WHERE product_id = 'P1005'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(in_cart, 0);
+    }
 
     /// The read tools' statements stay prepared: run again with other
     /// arguments, SQLite neither parses nor plans them again (see the query
