@@ -433,6 +433,35 @@ mod tests {
         assert!(matches!(error, Err(ToolError::InvalidArguments { .. })));
     }
 
+    /// JSON Schema counts `2.0` as an integer, so the registry passes it;
+    /// the tool must not then blame the model for it.
+    #[tokio::test]
+    async fn a_whole_number_written_as_a_float_is_an_integer() {
+        let (_db, registry) = shop();
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "P1007", "quantity": 3.0}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["cart"]["items"][1]["product_id"], "P1007");
+        assert_eq!(answer["cart"]["items"][1]["quantity"], 3);
+        // A fraction is not one: refused by the schema, the field named.
+        match registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "P1007", "quantity": 2.5}),
+            )
+            .await
+        {
+            Err(ToolError::InvalidArguments { message, .. }) => {
+                assert!(message.contains("quantity"), "{message}");
+            }
+            other => panic!("expected invalid arguments, got {other:?}"),
+        }
+    }
+
     #[test]
     fn article_000_has_17_tools_of_which_the_6_unlock_tools_are_writes() {
         let db = Arc::new(DemoDb::in_memory().unwrap());

@@ -651,6 +651,31 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolErr
     })
 }
 
+/// Turns whole numbers written as floats (`2.0`) into integers where the
+/// schema asks for an integer: JSON Schema counts `2.0` as one, so the
+/// registry passes it, and serde's integer types would then refuse it.
+fn whole_floats_as_integers(parameters: &Value, arguments: &mut Value) {
+    let (Some(properties), Value::Object(arguments)) =
+        (parameters["properties"].as_object(), arguments)
+    else {
+        return;
+    };
+    for (name, schema) in properties {
+        if schema["type"] != "integer" {
+            continue;
+        }
+        if let Some(value) = arguments.get_mut(name)
+            && value.is_f64()
+            && let Some(float) = value.as_f64()
+            && float.fract() == 0.0
+            // i64::MAX as f64 is 2^63, one past the largest i64.
+            && (i64::MIN as f64..i64::MAX as f64).contains(&float)
+        {
+            *value = Value::from(float as i64);
+        }
+    }
+}
+
 impl DemoTool {
     pub(super) fn new(operation: Operation, dialect: Dialect, db: Arc<DemoDb>) -> Self {
         Self {
@@ -741,7 +766,8 @@ impl Tool for DemoTool {
         &self.spec
     }
 
-    async fn invoke(&self, arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, mut arguments: Value) -> Result<Value, ToolError> {
+        whole_floats_as_integers(&self.spec.parameters, &mut arguments);
         let arguments = self.dialect.input(arguments);
         let answer = if self.db.in_file() {
             // Syncing the file or waiting for another process's write lock
