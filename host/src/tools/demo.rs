@@ -631,6 +631,89 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn refusals_give_the_reason_of_the_order_at_hand() {
+        let (db, registry) = shop();
+        // The address: a reason per status, as for cancelling.
+        for (order_id, why) in [
+            (
+                "66012",
+                "is cancelled; nothing will be delivered to any address",
+            ),
+            (
+                "88231",
+                "is delivered already; the address can only be changed before the order ships",
+            ),
+            (
+                "55008",
+                "was delivered and refunded; the address can only be changed before the order \
+                 ships",
+            ),
+        ] {
+            let message = rejection(
+                registry
+                    .call(
+                        "change_address",
+                        json!({"order_id": order_id, "address": "1 Other Road, Guangzhou"}),
+                    )
+                    .await,
+            );
+            assert_eq!(message, format!("order {order_id} {why}"));
+        }
+
+        // A refund of an order cancelled after payment: it was refunded by
+        // the cancellation, not "refunded only once".
+        registry
+            .call("cancel_order", json!({"order_id": "88239"}))
+            .await
+            .unwrap();
+        let message = rejection(
+            registry
+                .call("applyRefund", json!({"orderId": "88239", "reason": "x"}))
+                .await,
+        );
+        assert_eq!(
+            message,
+            "order 88239 was cancelled and its payment refunded in full (refund RF20260629001, \
+             processing); there is nothing left to refund"
+        );
+
+        // A ticket asked for on the wrong order names its own order; a
+        // ticket of another customer's order stays unknown.
+        let message = rejection(
+            registry
+                .call(
+                    "query_after_sale",
+                    json!({"order_id": "88231", "ticket_id": "AS20260612001"}),
+                )
+                .await,
+        );
+        assert_eq!(
+            message,
+            "after-sale ticket AS20260612001 belongs to order 55008, not to order 88231"
+        );
+        db.lock()
+            .execute_batch(
+                "INSERT INTO customers VALUES ('u2002', 'Li Na', 'silver', 0, '139****0000', 'x');
+                 INSERT INTO orders VALUES ('77001', 'u2002', 100, 'delivered', NULL, 'x', NULL,
+                     'card', NULL, '2026-06-20 10:00:00');
+                 INSERT INTO after_sales VALUES ('AS20260621001', '77001', 'repair', 'x',
+                     'pending_review', '2026-06-21 10:00:00');",
+            )
+            .unwrap();
+        for ticket_id in ["AS20260621001", "AS20990101001"] {
+            let message = rejection(
+                registry
+                    .call(
+                        "query_after_sale",
+                        json!({"order_id": "88231", "ticket_id": ticket_id}),
+                    )
+                    .await,
+            );
+            assert_eq!(message, format!("after-sale ticket {ticket_id} not found"));
+        }
+    }
+
+    #[tokio::test]
     async fn checkout_from_cart_to_paid_order() {
         let (db, registry) = shop();
         let cart = registry.call("query_cart", json!({})).await.unwrap();

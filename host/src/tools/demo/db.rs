@@ -272,11 +272,6 @@ impl OrderStatus {
             Self::Refunded => "refunded",
         }
     }
-
-    /// Not shipped yet: the order can still be cancelled or redirected.
-    pub(super) fn before_shipping(self) -> bool {
-        matches!(self, Self::PendingPayment | Self::Paid)
-    }
 }
 
 /// Where a refund is: money on its way back, or back.

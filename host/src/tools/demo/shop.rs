@@ -316,6 +316,18 @@ fn open_after_sale(
     .optional()
 }
 
+/// The order of one of the demo customer's after-sale tickets; `None` for
+/// an unknown ticket, and for another customer's, which stays unknown.
+fn ticket_order(conn: &Connection, ticket_id: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row_cached(
+        "SELECT a.order_id FROM after_sales a JOIN orders o USING (order_id)
+         WHERE a.ticket_id = ?1 AND o.customer_id = ?2",
+        params![ticket_id, DEMO_CUSTOMER],
+        |row| row.get(0),
+    )
+    .optional()
+}
+
 /// Rejects what a refund of the order rules out: a second refund (or a
 /// return for one), and an exchange or a repair of an item whose money went
 /// back.
@@ -327,6 +339,14 @@ fn ensure_not_refunded(
     let Some((refund_id, status)) = refund_of(conn, &order.order_id)? else {
         return Ok(());
     };
+    let order_id = &order.order_id;
+    // A cancelled order with a refund was paid: `cancel_order` refunded it.
+    if order.status == OrderStatus::Cancelled {
+        return Err(OpError::Rejected(format!(
+            "order {order_id} was cancelled and its payment refunded in full (refund {refund_id}, \
+             {status}); there is nothing left to refund"
+        )));
+    }
     let why = match asked {
         AfterSaleKind::Refund | AfterSaleKind::Return => "an order can be refunded only once",
         AfterSaleKind::Exchange | AfterSaleKind::Repair => {
@@ -334,8 +354,7 @@ fn ensure_not_refunded(
         }
     };
     Err(OpError::Rejected(format!(
-        "order {} already has refund {refund_id} ({status}); {why}",
-        order.order_id
+        "order {order_id} already has refund {refund_id} ({status}); {why}"
     )))
 }
 
@@ -764,11 +783,23 @@ impl DemoDb {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
-        if !order.status.before_shipping() {
-            return Err(OpError::Rejected(format!(
-                "order {order_id} is {}; the address can only be changed before the order ships",
-                order.status
-            )));
+        let refusal = match order.status {
+            OrderStatus::PendingPayment | OrderStatus::Paid => None,
+            OrderStatus::Shipped => {
+                Some("has shipped; the address can only be changed before the order ships")
+            }
+            OrderStatus::Delivered => {
+                Some("is delivered already; the address can only be changed before the order ships")
+            }
+            OrderStatus::Cancelled => {
+                Some("is cancelled; nothing will be delivered to any address")
+            }
+            OrderStatus::Refunded => Some(
+                "was delivered and refunded; the address can only be changed before the order ships",
+            ),
+        };
+        if let Some(refusal) = refusal {
+            return Err(OpError::Rejected(format!("order {order_id} {refusal}")));
         }
         tx.execute(
             "UPDATE orders SET address = ?2 WHERE order_id = ?1",
@@ -855,6 +886,14 @@ impl DemoDb {
             })?
             .collect::<Result<Vec<_>, _>>()?;
         if let (Some(ticket_id), true) = (ticket_id, tickets.is_empty()) {
+            if let Some(order_id) = order_id
+                && let Some(ticket_order) = ticket_order(&conn, ticket_id)?
+            {
+                return Err(OpError::Rejected(format!(
+                    "after-sale ticket {ticket_id} belongs to order {ticket_order}, not to order \
+                     {order_id}"
+                )));
+            }
             return Err(OpError::Rejected(format!(
                 "after-sale ticket {ticket_id} not found"
             )));
