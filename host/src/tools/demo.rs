@@ -775,6 +775,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_cart_finds_products_as_the_catalogue_does_and_says_when_nothing_is_removed() {
+        let (_db, registry) = shop();
+        let found = registry
+            .call("search_product", json!({"product_id": "p1007"}))
+            .await
+            .unwrap();
+        assert_eq!(found["products"][0]["product_id"], "P1007");
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "p1007", "quantity": 3}),
+            )
+            .await
+            .unwrap();
+        let items = answer["cart"]["items"].as_array().unwrap();
+        assert_eq!(items.len(), 2, "no second line for another spelling");
+        assert_eq!(items[1]["product_id"], "P1007");
+        assert_eq!(items[1]["quantity"], 3);
+
+        let message = rejection(
+            registry
+                .call(
+                    "update_cart_item",
+                    json!({"product_id": "P1006", "quantity": 0}),
+                )
+                .await,
+        );
+        assert_eq!(
+            message,
+            "product P1006 (Bit smart plug mini) is not in the cart, so there is nothing to remove"
+        );
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "p1007", "quantity": 0}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["cart"]["item_count"], 1);
+    }
+
+    #[tokio::test]
     async fn after_sale_tickets_are_numbered_and_one_at_a_time() {
         let (_db, registry) = shop();
         let ticket = registry

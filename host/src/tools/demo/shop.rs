@@ -943,19 +943,26 @@ impl DemoDb {
     ) -> Result<Value, OpError> {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
-        let stock: i64 = tx
+        // Product ids match in any case, as in `search_product`; the cart
+        // keeps the catalogue's spelling.
+        let (product_id, name, stock): (String, String, i64) = tx
             .query_row_cached(
-                "SELECT stock FROM products WHERE product_id = ?1",
+                "SELECT product_id, name, stock FROM products WHERE product_id = ?1 COLLATE NOCASE",
                 params![product_id],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("product {product_id} not found")))?;
         if quantity == 0 {
-            tx.execute(
+            let removed = tx.execute(
                 "DELETE FROM cart_items WHERE customer_id = ?1 AND product_id = ?2",
                 params![DEMO_CUSTOMER, product_id],
             )?;
+            if removed == 0 {
+                return Err(OpError::Rejected(format!(
+                    "product {product_id} ({name}) is not in the cart, so there is nothing to remove"
+                )));
+            }
         } else if i64::from(quantity) > stock {
             return Err(OpError::Rejected(format!(
                 "only {stock} of product {product_id} in stock"

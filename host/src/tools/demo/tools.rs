@@ -392,7 +392,8 @@ impl Operation {
             ),
             Self::UpdateCartItem => (
                 "Set how many of a product are in the customer's cart; 0 removes it. Rejected for an \
-                 unknown product or more than the stock. Returns the updated cart. Changes data."
+                 unknown product, more than the stock, or 0 of a product not in the cart. Returns \
+                 the updated cart. Changes data."
                     .to_owned(),
                 vec![
                     text(true, "product_id", "The product id, e.g. \"P1007\".", 32),
