@@ -72,22 +72,30 @@ pub(super) fn write_transaction(conn: &mut Connection) -> rusqlite::Result<Trans
 /// Prepared statements kept per connection; more than the shop has queries.
 const STATEMENT_CACHE: usize = 64;
 
-/// `query_row` through the prepared-statement cache (rusqlite's own
-/// `Connection::query_row` prepares the SQL again on every call).
-pub(super) trait CachedQueryRow {
+/// `query_row` and `execute` through the prepared-statement cache
+/// (rusqlite's own `Connection::query_row` and `Connection::execute` prepare
+/// the SQL again on every call).
+pub(super) trait CachedStatements {
     fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,
         F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+
+    /// Runs `sql` once; the number of rows it changed.
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
 }
 
-impl CachedQueryRow for Connection {
+impl CachedStatements for Connection {
     fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,
         F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     {
         self.prepare_cached(sql)?.query_row(params, f)
+    }
+
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
     }
 }
 

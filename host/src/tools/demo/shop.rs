@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::{SHOP_TIME_ZONE, SHOP_UTC_OFFSET, ShopTime};
-use super::db::{CachedQueryRow, DemoDb, OrderStatus, RefundStatus, write_transaction};
+use super::db::{CachedStatements, DemoDb, OrderStatus, RefundStatus, write_transaction};
 use crate::tools::ToolError;
 
 /// The one customer of the demo shop, whose orders, cart, coupons and devices
@@ -358,6 +358,10 @@ fn ensure_not_refunded(
     )))
 }
 
+const INSERT_REFUND: &str = "
+    INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
 /// Records a full refund of an order as `processing`, under the next refund
 /// id of the day, which it returns.
 fn insert_refund(
@@ -368,9 +372,8 @@ fn insert_refund(
     now: ShopTime,
 ) -> Result<String, OpError> {
     let refund_id = DailyId::Refund.next(conn, now)?;
-    conn.execute(
-        "INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    conn.execute_cached(
+        INSERT_REFUND,
         params![
             refund_id,
             order_id,
@@ -742,18 +745,18 @@ impl DemoDb {
             return Err(OpError::Rejected(format!("order {order_id} {refusal}")));
         }
         let reason = reason.unwrap_or("cancelled by the customer before shipping");
-        tx.execute(
+        tx.execute_cached(
             "UPDATE orders SET status = ?2, cancel_reason = ?3 WHERE order_id = ?1",
             params![order_id, OrderStatus::Cancelled, reason],
         )?;
-        tx.execute(
+        tx.execute_cached(
             "UPDATE products SET stock = stock +
                  (SELECT quantity FROM order_items i
                   WHERE i.order_id = ?1 AND i.product_id = products.product_id)
              WHERE product_id IN (SELECT product_id FROM order_items WHERE order_id = ?1)",
             params![order_id],
         )?;
-        let coupon_returned = tx.execute(
+        let coupon_returned = tx.execute_cached(
             "UPDATE coupons SET used_by_order = NULL WHERE used_by_order = ?1",
             params![order_id],
         )? > 0;
@@ -801,7 +804,7 @@ impl DemoDb {
         if let Some(refusal) = refusal {
             return Err(OpError::Rejected(format!("order {order_id} {refusal}")));
         }
-        tx.execute(
+        tx.execute_cached(
             "UPDATE orders SET address = ?2 WHERE order_id = ?1",
             params![order_id, address],
         )?;
@@ -839,7 +842,7 @@ impl DemoDb {
         }
         ensure_not_refunded(&tx, &order, kind)?;
         let ticket_id = DailyId::AfterSale.next(&tx, now)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO after_sales (ticket_id, order_id, kind, reason, status, created_at)
              VALUES (?1, ?2, ?3, ?4, 'pending_review', ?5)",
             params![ticket_id, order_id, kind.as_str(), reason, now.to_string()],
@@ -954,7 +957,7 @@ impl DemoDb {
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("product {product_id} not found")))?;
         if quantity == 0 {
-            let removed = tx.execute(
+            let removed = tx.execute_cached(
                 "DELETE FROM cart_items WHERE customer_id = ?1 AND product_id = ?2",
                 params![DEMO_CUSTOMER, product_id],
             )?;
@@ -968,7 +971,7 @@ impl DemoDb {
                 "only {stock} of product {product_id} in stock"
             )));
         } else {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO cart_items (customer_id, product_id, quantity) VALUES (?1, ?2, ?3)
                  ON CONFLICT (customer_id, product_id) DO UPDATE SET quantity = excluded.quantity",
                 params![DEMO_CUSTOMER, product_id, quantity],
@@ -1013,7 +1016,7 @@ impl DemoDb {
         )?;
         let order_id = order_id.to_string();
         let address = customer_address(&tx)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO orders (order_id, customer_id, amount_cents, status, address, coupon_id, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
@@ -1027,7 +1030,7 @@ impl DemoDb {
             ],
         )?;
         for (line, _) in &cart {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
                  VALUES (?1, ?2, ?3, ?4)",
                 params![
@@ -1037,18 +1040,18 @@ impl DemoDb {
                     line.unit_price_cents
                 ],
             )?;
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE products SET stock = stock - ?2 WHERE product_id = ?1",
                 params![line.product_id, line.quantity],
             )?;
         }
         if let Some(coupon_id) = coupon_id {
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE coupons SET used_by_order = ?2 WHERE coupon_id = ?1",
                 params![coupon_id, order_id],
             )?;
         }
-        tx.execute(
+        tx.execute_cached(
             "DELETE FROM cart_items WHERE customer_id = ?1",
             params![DEMO_CUSTOMER],
         )?;
@@ -1082,7 +1085,7 @@ impl DemoDb {
                 order.status
             )));
         }
-        tx.execute(
+        tx.execute_cached(
             "UPDATE orders SET status = ?2, payment_method = ?3 WHERE order_id = ?1",
             params![order_id, OrderStatus::Paid, method.as_str()],
         )?;
@@ -1161,7 +1164,7 @@ impl DemoDb {
             find_order(&tx, order_id)?;
         }
         let ticket_id = DailyId::SupportTicket.next(&tx, now)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO support_tickets
                  (ticket_id, customer_id, order_id, subject, description, status, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6)",
@@ -1467,6 +1470,19 @@ mod tests {
                 sql.trim()
             );
         }
+    }
+
+    /// Writes go through the statement cache too: two tools writing a
+    /// refund run one prepared statement.
+    #[test]
+    fn write_statements_stay_prepared() {
+        let db = DemoDb::in_memory().unwrap();
+        db.apply_refund("88231", "broken").unwrap();
+        db.cancel_order("88239", None).unwrap();
+        let conn = db.lock();
+        let statement = conn.prepare_cached(INSERT_REFUND).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::Run), 2);
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
     }
 
     /// Of several refunds of an order (the tools record at most one), the
