@@ -68,7 +68,9 @@ struct HostArgs {
     /// Directory of skill components (*.wasm).
     #[arg(long, default_value = "skills", env = "SKILLHOST_SKILLS")]
     skills: PathBuf,
-    /// SQLite file of the demo shop; created and seeded when missing.
+    /// SQLite file of the demo shop; created and seeded when missing. The
+    /// shop's clock, kept in it, starts at the articles' 2026-06-29 14:00
+    /// (UTC+08:00) and runs on in real time.
     #[arg(long, default_value = "skillhost-demo.db", env = "SKILLHOST_DB")]
     db: PathBuf,
     #[command(flatten)]

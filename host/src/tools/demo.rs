@@ -20,7 +20,9 @@
 //! `delivered` until the money is back (then `refunded`, as `55008` shows).
 //! Refund ids are `RF` + the shop-local date + a 3-digit sequence of the day:
 //! the first refund of 2026-06-29 is `RF20260629001` (after-sale tickets `AS…`,
-//! support tickets `TK…` likewise). "Today" comes from a [`DemoClock`].
+//! support tickets `TK…` likewise). "Today" comes from a [`DemoClock`]: by
+//! default the shop's own, which a new database starts at the articles'
+//! "now", 2026-06-29 14:00 shop time, and which runs on from there.
 //!
 //! The tools come in the two articles' dialects, one implementation each:
 //! [`article_003_tools`] (camelCase: `queryOrder {orderId}`, …) and
@@ -246,6 +248,68 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refund_and_an_after_sale_request_on_one_order_exclude_each_other() {
+        // Refunded: no exchange or repair on top.
+        let (_db, registry) = shop();
+        registry
+            .call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            )
+            .await
+            .unwrap();
+        for kind in ["exchange", "repair"] {
+            let message = rejection(
+                registry
+                    .call(
+                        "apply_after_sale",
+                        json!({"order_id": "88231", "type": kind, "reason": "x"}),
+                    )
+                    .await,
+            );
+            assert_eq!(
+                message,
+                "order 88231 already has refund RF20260629001 (processing); a refunded order \
+                 cannot also be exchanged or repaired",
+                "{kind}"
+            );
+        }
+        let tickets = registry
+            .call("query_after_sale", json!({"order_id": "88231"}))
+            .await
+            .unwrap();
+        assert_eq!(tickets["count"], 0);
+
+        // An exchange or a repair in progress: no refund meanwhile.
+        for kind in ["exchange", "repair"] {
+            let (db, registry) = shop();
+            registry
+                .call(
+                    "apply_after_sale",
+                    json!({"order_id": "88231", "type": kind, "reason": "E05"}),
+                )
+                .await
+                .unwrap();
+            let message = rejection(
+                registry
+                    .call(
+                        "applyRefund",
+                        json!({"orderId": "88231", "reason": "broken"}),
+                    )
+                    .await,
+            );
+            assert_eq!(
+                message,
+                format!(
+                    "order 88231 has after-sale ticket AS20260629001 ({kind}, pending_review) in \
+                     progress; a refund can be requested once that ticket is resolved"
+                )
+            );
+            assert!(db.refunds_for("88231").unwrap().is_empty());
+        }
+    }
+
+    #[tokio::test]
     async fn unknown_order_is_a_business_answer() {
         let (db, registry) = shop();
         for (tool, arguments) in [
@@ -367,6 +431,35 @@ mod tests {
         // At least one of the optional lookups must be given.
         let error = registry.call("query_after_sale", json!({})).await;
         assert!(matches!(error, Err(ToolError::InvalidArguments { .. })));
+    }
+
+    /// JSON Schema counts `2.0` as an integer, so the registry passes it;
+    /// the tool must not then blame the model for it.
+    #[tokio::test]
+    async fn a_whole_number_written_as_a_float_is_an_integer() {
+        let (_db, registry) = shop();
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "P1007", "quantity": 3.0}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["cart"]["items"][1]["product_id"], "P1007");
+        assert_eq!(answer["cart"]["items"][1]["quantity"], 3);
+        // A fraction is not one: refused by the schema, the field named.
+        match registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "P1007", "quantity": 2.5}),
+            )
+            .await
+        {
+            Err(ToolError::InvalidArguments { message, .. }) => {
+                assert!(message.contains("quantity"), "{message}");
+            }
+            other => panic!("expected invalid arguments, got {other:?}"),
+        }
     }
 
     #[test]
@@ -538,6 +631,89 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn refusals_give_the_reason_of_the_order_at_hand() {
+        let (db, registry) = shop();
+        // The address: a reason per status, as for cancelling.
+        for (order_id, why) in [
+            (
+                "66012",
+                "is cancelled; nothing will be delivered to any address",
+            ),
+            (
+                "88231",
+                "is delivered already; the address can only be changed before the order ships",
+            ),
+            (
+                "55008",
+                "was delivered and refunded; the address can only be changed before the order \
+                 ships",
+            ),
+        ] {
+            let message = rejection(
+                registry
+                    .call(
+                        "change_address",
+                        json!({"order_id": order_id, "address": "1 Other Road, Guangzhou"}),
+                    )
+                    .await,
+            );
+            assert_eq!(message, format!("order {order_id} {why}"));
+        }
+
+        // A refund of an order cancelled after payment: it was refunded by
+        // the cancellation, not "refunded only once".
+        registry
+            .call("cancel_order", json!({"order_id": "88239"}))
+            .await
+            .unwrap();
+        let message = rejection(
+            registry
+                .call("applyRefund", json!({"orderId": "88239", "reason": "x"}))
+                .await,
+        );
+        assert_eq!(
+            message,
+            "order 88239 was cancelled and its payment refunded in full (refund RF20260629001, \
+             processing); there is nothing left to refund"
+        );
+
+        // A ticket asked for on the wrong order names its own order; a
+        // ticket of another customer's order stays unknown.
+        let message = rejection(
+            registry
+                .call(
+                    "query_after_sale",
+                    json!({"order_id": "88231", "ticket_id": "AS20260612001"}),
+                )
+                .await,
+        );
+        assert_eq!(
+            message,
+            "after-sale ticket AS20260612001 belongs to order 55008, not to order 88231"
+        );
+        db.lock()
+            .execute_batch(
+                "INSERT INTO customers VALUES ('u2002', 'Li Na', 'silver', 0, '139****0000', 'x');
+                 INSERT INTO orders VALUES ('77001', 'u2002', 100, 'delivered', NULL, 'x', NULL,
+                     'card', NULL, '2026-06-20 10:00:00');
+                 INSERT INTO after_sales VALUES ('AS20260621001', '77001', 'repair', 'x',
+                     'pending_review', '2026-06-21 10:00:00');",
+            )
+            .unwrap();
+        for ticket_id in ["AS20260621001", "AS20990101001"] {
+            let message = rejection(
+                registry
+                    .call(
+                        "query_after_sale",
+                        json!({"order_id": "88231", "ticket_id": ticket_id}),
+                    )
+                    .await,
+            );
+            assert_eq!(message, format!("after-sale ticket {ticket_id} not found"));
+        }
+    }
+
+    #[tokio::test]
     async fn checkout_from_cart_to_paid_order() {
         let (db, registry) = shop();
         let cart = registry.call("query_cart", json!({})).await.unwrap();
@@ -596,6 +772,48 @@ mod tests {
                 .await,
         );
         assert!(message.contains("is paid"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn the_cart_finds_products_as_the_catalogue_does_and_says_when_nothing_is_removed() {
+        let (_db, registry) = shop();
+        let found = registry
+            .call("search_product", json!({"product_id": "p1007"}))
+            .await
+            .unwrap();
+        assert_eq!(found["products"][0]["product_id"], "P1007");
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "p1007", "quantity": 3}),
+            )
+            .await
+            .unwrap();
+        let items = answer["cart"]["items"].as_array().unwrap();
+        assert_eq!(items.len(), 2, "no second line for another spelling");
+        assert_eq!(items[1]["product_id"], "P1007");
+        assert_eq!(items[1]["quantity"], 3);
+
+        let message = rejection(
+            registry
+                .call(
+                    "update_cart_item",
+                    json!({"product_id": "P1006", "quantity": 0}),
+                )
+                .await,
+        );
+        assert_eq!(
+            message,
+            "product P1006 (Bit smart plug mini) is not in the cart, so there is nothing to remove"
+        );
+        let answer = registry
+            .call(
+                "update_cart_item",
+                json!({"product_id": "p1007", "quantity": 0}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer["cart"]["item_count"], 1);
     }
 
     #[tokio::test]
@@ -713,19 +931,57 @@ mod tests {
         );
     }
 
+    /// The seed is dated around the articles' "now": on the machine's clock
+    /// (December 2026 when this was written) every seeded coupon had expired
+    /// and 88231 was months past its 7-day return window.
+    #[tokio::test]
+    async fn a_new_shop_runs_on_the_articles_clock_and_a_reopened_one_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shop.sqlite");
+        let mut registry = ToolRegistry::new();
+        register_all(&mut registry, Arc::new(DemoDb::open(&path).unwrap())).unwrap();
+        let now = registry.call("getCurrentTime", json!({})).await.unwrap();
+        assert_eq!(now["date"], "2026-06-29", "{now}");
+        assert!(now["now"].as_str().unwrap() >= "2026-06-29 14:00:00");
+        let refund = registry
+            .call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refund["refundId"], "RF20260629001");
+        let order = registry
+            .call("create_order", json!({"coupon_id": "C001"}))
+            .await
+            .unwrap();
+        assert_eq!(order["discount"], 100.0);
+        drop(registry);
+
+        // A day passes on the machine's clock: the shop's moves on with it.
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch(
+                "UPDATE shop_clock SET machine_started_at = datetime(machine_started_at, '-1 day')",
+            )
+            .unwrap();
+        let reopened = DemoDb::open(&path).unwrap();
+        assert_eq!(reopened.clock().now().date(), "2026-06-30");
+    }
+
     #[test]
     fn a_database_from_a_newer_build_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shop.sqlite");
         let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.pragma_update(None, "user_version", 2).unwrap();
+        conn.pragma_update(None, "user_version", 3).unwrap();
         drop(conn);
         let error = DemoDb::open(&path).err().expect("refused");
         assert!(matches!(
             error,
             DemoDbError::UnsupportedSchema {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             }
         ));

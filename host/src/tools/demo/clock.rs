@@ -1,4 +1,5 @@
-//! The shop's clock: the real time by default, a fixed instant for tests.
+//! The shop's clock: its own, kept in the database, by default; the
+//! machine's, or a fixed instant for tests.
 //!
 //! The shop runs on China Standard Time (UTC+08:00, no daylight saving), so
 //! local time is a fixed offset from Unix time and needs no time-zone data.
@@ -24,29 +25,46 @@ const WEEKDAYS: [&str; 7] = [
 ];
 
 /// Where the demo shop gets "now" from: refund ids (`RF` + date + sequence),
-/// creation times and `getCurrentTime` all read it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// creation times, coupon expiry and `getCurrentTime` all read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DemoClock {
-    /// The machine's clock (the default).
-    #[default]
+    /// The shop's own clock, which read `started_at` when the machine's
+    /// clock read `machine_started_at` and has kept the machine's pace
+    /// since. A database keeps its clock's start (see `DemoDb::open`), so
+    /// that a restart, or another process on the same file, goes on from
+    /// where the shop was.
+    Running {
+        started_at: ShopTime,
+        machine_started_at: ShopTime,
+    },
+    /// The machine's clock.
     System,
     /// Always this instant, so that ids and times in tests are stable.
     Fixed(ShopTime),
 }
 
 impl DemoClock {
-    /// The current shop time. A system clock set before 1970 reads as 1970.
+    /// The current shop time.
     pub fn now(self) -> ShopTime {
+        self.at(ShopTime::machine_now())
+    }
+
+    /// The shop time when the machine's clock reads `machine_now`. A
+    /// running clock never reads earlier than its start (the seed is dated
+    /// before it), even when the machine's clock is set back.
+    fn at(self, machine_now: ShopTime) -> ShopTime {
         match self {
-            Self::Fixed(time) => time,
-            Self::System => {
-                let seconds = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map_or(0, |elapsed| elapsed.as_secs());
+            Self::Running {
+                started_at,
+                machine_started_at,
+            } => {
+                let elapsed = machine_now.unix_seconds - machine_started_at.unix_seconds;
                 ShopTime {
-                    unix_seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+                    unix_seconds: started_at.unix_seconds.saturating_add(elapsed.max(0)),
                 }
             }
+            Self::System => machine_now,
+            Self::Fixed(time) => time,
         }
     }
 }
@@ -75,6 +93,16 @@ struct Civil {
 }
 
 impl ShopTime {
+    /// What the machine's clock reads. One set before 1970 reads as 1970.
+    pub(super) fn machine_now() -> Self {
+        let seconds = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        Self {
+            unix_seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        }
+    }
+
     fn civil(self) -> Civil {
         let local = self.unix_seconds + UTC_OFFSET_SECONDS;
         let days = local.div_euclid(SECONDS_PER_DAY);
@@ -266,5 +294,27 @@ mod tests {
     fn fixed_clock_does_not_move() {
         let time: ShopTime = "2026-06-29 14:00:00".parse().unwrap();
         assert_eq!(DemoClock::Fixed(time).now(), time);
+    }
+
+    #[test]
+    fn a_running_clock_keeps_the_machines_pace_from_its_start() {
+        let time = |text: &str| text.parse::<ShopTime>().unwrap();
+        let clock = DemoClock::Running {
+            started_at: time("2026-06-29 14:00:00"),
+            machine_started_at: time("2026-12-01 22:00:00"),
+        };
+        assert_eq!(
+            clock.at(time("2026-12-01 22:00:00")),
+            time("2026-06-29 14:00:00")
+        );
+        assert_eq!(
+            clock.at(time("2026-12-03 23:30:15")),
+            time("2026-07-01 15:30:15")
+        );
+        // The machine's clock set back: the shop's stays at its start.
+        assert_eq!(
+            clock.at(time("2026-11-30 08:00:00")),
+            time("2026-06-29 14:00:00")
+        );
     }
 }

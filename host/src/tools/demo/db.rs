@@ -9,20 +9,23 @@ use rusqlite::config::DbConfig;
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use super::clock::DemoClock;
+use super::clock::{DemoClock, ShopTime};
 
 const SCHEMA: &str = include_str!("schema.sql");
 const SEED: &str = include_str!("seed.sql");
 /// The schema version this build creates and reads (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The "Bit Select" shop of the articles in an embedded SQLite database.
 ///
 /// A new database (a missing or empty file, or memory) gets the schema and
-/// the seed data; an existing file is used as it is, so writes persist across
-/// runs. All access goes through one connection behind a mutex: every query is
-/// a few microseconds, and holding the lock across a check and its write makes
-/// each operation atomic.
+/// the seed data, and its clock starts at the seed's moment; an existing file
+/// is used as it is, so writes persist across runs and its clock goes on
+/// from where it was (see [`DemoClock::Running`]). All access goes through
+/// one connection behind a mutex: every query is a few microseconds, and
+/// holding the lock across a check and its write makes each operation atomic
+/// in the process; the write's transaction (`write_transaction`) makes it
+/// atomic against other processes on the file.
 pub struct DemoDb {
     conn: Mutex<Connection>,
     clock: DemoClock,
@@ -69,16 +72,20 @@ pub(super) fn write_transaction(conn: &mut Connection) -> rusqlite::Result<Trans
 /// Prepared statements kept per connection; more than the shop has queries.
 const STATEMENT_CACHE: usize = 64;
 
-/// `query_row` through the prepared-statement cache (rusqlite's own
-/// `Connection::query_row` prepares the SQL again on every call).
-pub(super) trait CachedQueryRow {
+/// `query_row` and `execute` through the prepared-statement cache
+/// (rusqlite's own `Connection::query_row` and `Connection::execute` prepare
+/// the SQL again on every call).
+pub(super) trait CachedStatements {
     fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,
         F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+
+    /// Runs `sql` once; the number of rows it changed.
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
 }
 
-impl CachedQueryRow for Connection {
+impl CachedStatements for Connection {
     fn query_row_cached<T, P, F>(&self, sql: &str, params: P, f: F) -> rusqlite::Result<T>
     where
         P: rusqlite::Params,
@@ -86,11 +93,15 @@ impl CachedQueryRow for Connection {
     {
         self.prepare_cached(sql)?.query_row(params, f)
     }
+
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(params)
+    }
 }
 
 impl DemoDb {
-    /// Opens (or creates and seeds) the database file at `path`. Uses the
-    /// system clock; see [`DemoDb::with_clock`].
+    /// Opens (or creates and seeds) the database file at `path`, on the
+    /// shop's own clock; see [`DemoDb::with_clock`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, DemoDbError> {
         let path = path.as_ref();
         let conn = Connection::open(path).map_err(|cause| DemoDbError::Open {
@@ -103,7 +114,8 @@ impl DemoDb {
         })
     }
 
-    /// A fresh, seeded database in memory; nothing persists.
+    /// A fresh, seeded database in memory, its clock started at the seed's
+    /// moment; nothing persists.
     pub fn in_memory() -> Result<Self, DemoDbError> {
         Self::init(Connection::open_in_memory()?, Path::new(":memory:"))
     }
@@ -115,8 +127,10 @@ impl DemoDb {
         self.in_file
     }
 
-    /// Replaces the clock (the system clock by default), e.g. with a fixed
-    /// instant so that refund ids are stable in tests.
+    /// Replaces the shop's own clock, e.g. with [`DemoClock::System`] for the
+    /// machine's (the seeded coupons then expire in real time), or a fixed
+    /// instant so that refund ids are stable in tests. Not kept in the
+    /// database: the next open is on the shop's clock again.
     #[must_use]
     pub fn with_clock(mut self, clock: DemoClock) -> Self {
         self.clock = clock;
@@ -169,9 +183,20 @@ impl DemoDb {
                 });
             }
         }
+        // The default clock is the shop's own, started by the seed (see
+        // seed.sql), so that the seeded data reads as in the articles on any
+        // date; an embedder who wants the machine's says so (`with_clock`).
+        let (started_at, machine_started_at) = conn.query_row(
+            "SELECT started_at, machine_started_at FROM shop_clock",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )?;
         Ok(Self {
             conn: Mutex::new(conn),
-            clock: DemoClock::default(),
+            clock: DemoClock::Running {
+                started_at,
+                machine_started_at,
+            },
             in_file: false,
         })
     }
@@ -255,11 +280,6 @@ impl OrderStatus {
             Self::Refunded => "refunded",
         }
     }
-
-    /// Not shipped yet: the order can still be cancelled or redirected.
-    pub(super) fn before_shipping(self) -> bool {
-        matches!(self, Self::PendingPayment | Self::Paid)
-    }
 }
 
 /// Where a refund is: money on its way back, or back.
@@ -314,6 +334,15 @@ macro_rules! sql_text_enum {
 
 sql_text_enum!(OrderStatus);
 sql_text_enum!(RefundStatus);
+
+impl FromSql for ShopTime {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        value
+            .as_str()?
+            .parse()
+            .map_err(|error| FromSqlError::Other(Box::new(error)))
+    }
+}
 
 /// A refund as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,8 +1,16 @@
--- Schema of the "Bit Select" demo shop (version 1, kept in PRAGMA user_version).
+-- Schema of the "Bit Select" demo shop (version 2, kept in PRAGMA user_version).
 -- Money is stored in cents (CNY fen); times are shop-local (UTC+08:00) as
 -- "YYYY-MM-DD HH:MM:SS", dates as "YYYY-MM-DD", so text order is time order.
 -- Plain CREATE TABLE, not IF NOT EXISTS: a foreign database that happens to
 -- hold a table of the same name is an error, never a silent mix.
+
+-- The shop's own clock, one row: it read started_at when the machine's clock
+-- read machine_started_at, and keeps the machine's pace since.
+CREATE TABLE shop_clock (
+    one_row            INTEGER PRIMARY KEY CHECK (one_row = 1),
+    started_at         TEXT NOT NULL,
+    machine_started_at TEXT NOT NULL
+);
 
 CREATE TABLE customers (
     customer_id     TEXT PRIMARY KEY,

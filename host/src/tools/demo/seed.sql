@@ -5,6 +5,13 @@
 -- order the customer cancels) and the five skills' tools from article 000.
 -- All orders belong to the one demo customer, u1001.
 
+-- The articles' "now": the shop's clock starts at 14:00 on Monday 29 June
+-- 2026 (shop time) when the database is made, whatever the machine's date,
+-- so that the seed reads as in the articles: 88231, delivered on 22 June, is
+-- within the 7-day return window, coupons C001-C003 valid, the first refund
+-- RF20260629001. datetime('now') is UTC; the shop is UTC+08:00.
+INSERT INTO shop_clock VALUES (1, '2026-06-29 14:00:00', datetime('now', '+8 hours'));
+
 INSERT INTO customers VALUES
     ('u1001', 'Zhang Wei', 'gold', 3280, '138****6621',
      'Room 1203, Building 5, 88 Keyuan Road, Nanshan District, Shenzhen, Guangdong');

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::clock::{SHOP_TIME_ZONE, SHOP_UTC_OFFSET, ShopTime};
-use super::db::{CachedQueryRow, DemoDb, OrderStatus, RefundStatus, write_transaction};
+use super::db::{CachedStatements, DemoDb, OrderStatus, RefundStatus, write_transaction};
 use crate::tools::ToolError;
 
 /// The one customer of the demo shop, whose orders, cart, coupons and devices
@@ -316,15 +316,51 @@ fn open_after_sale(
     .optional()
 }
 
-/// Rejects a second refund of the same order.
-fn ensure_not_refunded(conn: &Connection, order_id: &str) -> Result<(), OpError> {
-    match refund_of(conn, order_id)? {
-        Some((refund_id, status)) => Err(OpError::Rejected(format!(
-            "order {order_id} already has refund {refund_id} ({status}); an order can be refunded only once"
-        ))),
-        None => Ok(()),
-    }
+/// The order of one of the demo customer's after-sale tickets; `None` for
+/// an unknown ticket, and for another customer's, which stays unknown.
+fn ticket_order(conn: &Connection, ticket_id: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row_cached(
+        "SELECT a.order_id FROM after_sales a JOIN orders o USING (order_id)
+         WHERE a.ticket_id = ?1 AND o.customer_id = ?2",
+        params![ticket_id, DEMO_CUSTOMER],
+        |row| row.get(0),
+    )
+    .optional()
 }
+
+/// Rejects what a refund of the order rules out: a second refund (or a
+/// return for one), and an exchange or a repair of an item whose money went
+/// back.
+fn ensure_not_refunded(
+    conn: &Connection,
+    order: &Order,
+    asked: AfterSaleKind,
+) -> Result<(), OpError> {
+    let Some((refund_id, status)) = refund_of(conn, &order.order_id)? else {
+        return Ok(());
+    };
+    let order_id = &order.order_id;
+    // A cancelled order with a refund was paid: `cancel_order` refunded it.
+    if order.status == OrderStatus::Cancelled {
+        return Err(OpError::Rejected(format!(
+            "order {order_id} was cancelled and its payment refunded in full (refund {refund_id}, \
+             {status}); there is nothing left to refund"
+        )));
+    }
+    let why = match asked {
+        AfterSaleKind::Refund | AfterSaleKind::Return => "an order can be refunded only once",
+        AfterSaleKind::Exchange | AfterSaleKind::Repair => {
+            "a refunded order cannot also be exchanged or repaired"
+        }
+    };
+    Err(OpError::Rejected(format!(
+        "order {order_id} already has refund {refund_id} ({status}); {why}"
+    )))
+}
+
+const INSERT_REFUND: &str = "
+    INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 /// Records a full refund of an order as `processing`, under the next refund
 /// id of the day, which it returns.
@@ -336,9 +372,8 @@ fn insert_refund(
     now: ShopTime,
 ) -> Result<String, OpError> {
     let refund_id = DailyId::Refund.next(conn, now)?;
-    conn.execute(
-        "INSERT INTO refunds (refund_id, order_id, reason, amount_cents, status, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    conn.execute_cached(
+        INSERT_REFUND,
         params![
             refund_id,
             order_id,
@@ -603,19 +638,19 @@ impl DemoDb {
         let mut conn = self.lock();
         let tx = write_transaction(&mut conn)?;
         let order = find_order(&tx, order_id)?;
-        ensure_not_refunded(&tx, order_id)?;
+        ensure_not_refunded(&tx, &order, AfterSaleKind::Refund)?;
         if order.status != OrderStatus::Delivered {
             return Err(OpError::Rejected(format!(
                 "order {order_id} is {}; a refund needs the order to be delivered",
                 order.status
             )));
         }
-        if let Some((ticket_id, kind, status)) = open_after_sale(&tx, order_id)?
-            && (kind == "refund" || kind == "return")
-        {
+        // Any open ticket, an exchange or a repair too: refunded meanwhile,
+        // the item would be paid back and also replaced or repaired.
+        if let Some((ticket_id, kind, status)) = open_after_sale(&tx, order_id)? {
             return Err(OpError::Rejected(format!(
                 "order {order_id} has after-sale ticket {ticket_id} ({kind}, {status}) in progress; \
-                 wait for it instead of a second request"
+                 a refund can be requested once that ticket is resolved"
             )));
         }
         let refund_id = insert_refund(&tx, order_id, reason, order.amount_cents, now)?;
@@ -710,18 +745,18 @@ impl DemoDb {
             return Err(OpError::Rejected(format!("order {order_id} {refusal}")));
         }
         let reason = reason.unwrap_or("cancelled by the customer before shipping");
-        tx.execute(
+        tx.execute_cached(
             "UPDATE orders SET status = ?2, cancel_reason = ?3 WHERE order_id = ?1",
             params![order_id, OrderStatus::Cancelled, reason],
         )?;
-        tx.execute(
+        tx.execute_cached(
             "UPDATE products SET stock = stock +
                  (SELECT quantity FROM order_items i
                   WHERE i.order_id = ?1 AND i.product_id = products.product_id)
              WHERE product_id IN (SELECT product_id FROM order_items WHERE order_id = ?1)",
             params![order_id],
         )?;
-        let coupon_returned = tx.execute(
+        let coupon_returned = tx.execute_cached(
             "UPDATE coupons SET used_by_order = NULL WHERE used_by_order = ?1",
             params![order_id],
         )? > 0;
@@ -748,18 +783,32 @@ impl DemoDb {
 
     /// Changes the delivery address of an order that has not shipped.
     pub(super) fn change_address(&self, order_id: &str, address: &str) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let order = find_order(&conn, order_id)?;
-        if !order.status.before_shipping() {
-            return Err(OpError::Rejected(format!(
-                "order {order_id} is {}; the address can only be changed before the order ships",
-                order.status
-            )));
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let order = find_order(&tx, order_id)?;
+        let refusal = match order.status {
+            OrderStatus::PendingPayment | OrderStatus::Paid => None,
+            OrderStatus::Shipped => {
+                Some("has shipped; the address can only be changed before the order ships")
+            }
+            OrderStatus::Delivered => {
+                Some("is delivered already; the address can only be changed before the order ships")
+            }
+            OrderStatus::Cancelled => {
+                Some("is cancelled; nothing will be delivered to any address")
+            }
+            OrderStatus::Refunded => Some(
+                "was delivered and refunded; the address can only be changed before the order ships",
+            ),
+        };
+        if let Some(refusal) = refusal {
+            return Err(OpError::Rejected(format!("order {order_id} {refusal}")));
         }
-        conn.execute(
+        tx.execute_cached(
             "UPDATE orders SET address = ?2 WHERE order_id = ?1",
             params![order_id, address],
         )?;
+        tx.commit()?;
         Ok(json!({
             "success": true,
             "order_id": order_id,
@@ -791,11 +840,9 @@ impl DemoDb {
                 "order {order_id} already has after-sale ticket {ticket_id} ({open_kind}, {status}) in progress"
             )));
         }
-        if matches!(kind, AfterSaleKind::Refund | AfterSaleKind::Return) {
-            ensure_not_refunded(&tx, order_id)?;
-        }
+        ensure_not_refunded(&tx, &order, kind)?;
         let ticket_id = DailyId::AfterSale.next(&tx, now)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO after_sales (ticket_id, order_id, kind, reason, status, created_at)
              VALUES (?1, ?2, ?3, ?4, 'pending_review', ?5)",
             params![ticket_id, order_id, kind.as_str(), reason, now.to_string()],
@@ -842,6 +889,14 @@ impl DemoDb {
             })?
             .collect::<Result<Vec<_>, _>>()?;
         if let (Some(ticket_id), true) = (ticket_id, tickets.is_empty()) {
+            if let Some(order_id) = order_id
+                && let Some(ticket_order) = ticket_order(&conn, ticket_id)?
+            {
+                return Err(OpError::Rejected(format!(
+                    "after-sale ticket {ticket_id} belongs to order {ticket_order}, not to order \
+                     {order_id}"
+                )));
+            }
             return Err(OpError::Rejected(format!(
                 "after-sale ticket {ticket_id} not found"
             )));
@@ -889,32 +944,42 @@ impl DemoDb {
         product_id: &str,
         quantity: u32,
     ) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let stock: i64 = conn
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        // Product ids match in any case, as in `search_product`; the cart
+        // keeps the catalogue's spelling.
+        let (product_id, name, stock): (String, String, i64) = tx
             .query_row_cached(
-                "SELECT stock FROM products WHERE product_id = ?1",
+                "SELECT product_id, name, stock FROM products WHERE product_id = ?1 COLLATE NOCASE",
                 params![product_id],
-                |row| row.get(0),
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
             )
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("product {product_id} not found")))?;
         if quantity == 0 {
-            conn.execute(
+            let removed = tx.execute_cached(
                 "DELETE FROM cart_items WHERE customer_id = ?1 AND product_id = ?2",
                 params![DEMO_CUSTOMER, product_id],
             )?;
+            if removed == 0 {
+                return Err(OpError::Rejected(format!(
+                    "product {product_id} ({name}) is not in the cart, so there is nothing to remove"
+                )));
+            }
         } else if i64::from(quantity) > stock {
             return Err(OpError::Rejected(format!(
                 "only {stock} of product {product_id} in stock"
             )));
         } else {
-            conn.execute(
+            tx.execute_cached(
                 "INSERT INTO cart_items (customer_id, product_id, quantity) VALUES (?1, ?2, ?3)
                  ON CONFLICT (customer_id, product_id) DO UPDATE SET quantity = excluded.quantity",
                 params![DEMO_CUSTOMER, product_id, quantity],
             )?;
         }
-        Ok(json!({ "success": true, "cart": cart_json(&conn)? }))
+        let cart = cart_json(&tx)?;
+        tx.commit()?;
+        Ok(json!({ "success": true, "cart": cart }))
     }
 
     /// Turns the cart into an order awaiting payment, optionally with a
@@ -951,7 +1016,7 @@ impl DemoDb {
         )?;
         let order_id = order_id.to_string();
         let address = customer_address(&tx)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO orders (order_id, customer_id, amount_cents, status, address, coupon_id, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
@@ -965,7 +1030,7 @@ impl DemoDb {
             ],
         )?;
         for (line, _) in &cart {
-            tx.execute(
+            tx.execute_cached(
                 "INSERT INTO order_items (order_id, product_id, quantity, unit_price_cents)
                  VALUES (?1, ?2, ?3, ?4)",
                 params![
@@ -975,18 +1040,18 @@ impl DemoDb {
                     line.unit_price_cents
                 ],
             )?;
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE products SET stock = stock - ?2 WHERE product_id = ?1",
                 params![line.product_id, line.quantity],
             )?;
         }
         if let Some(coupon_id) = coupon_id {
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE coupons SET used_by_order = ?2 WHERE coupon_id = ?1",
                 params![coupon_id, order_id],
             )?;
         }
-        tx.execute(
+        tx.execute_cached(
             "DELETE FROM cart_items WHERE customer_id = ?1",
             params![DEMO_CUSTOMER],
         )?;
@@ -1011,18 +1076,20 @@ impl DemoDb {
         order_id: &str,
         method: PaymentMethod,
     ) -> Result<Value, OpError> {
-        let conn = self.lock();
-        let order = find_order(&conn, order_id)?;
+        let mut conn = self.lock();
+        let tx = write_transaction(&mut conn)?;
+        let order = find_order(&tx, order_id)?;
         if order.status != OrderStatus::PendingPayment {
             return Err(OpError::Rejected(format!(
                 "order {order_id} is {}; only an order awaiting payment (pending_payment) can be paid",
                 order.status
             )));
         }
-        conn.execute(
+        tx.execute_cached(
             "UPDATE orders SET status = ?2, payment_method = ?3 WHERE order_id = ?1",
             params![order_id, OrderStatus::Paid, method.as_str()],
         )?;
+        tx.commit()?;
         Ok(json!({
             "success": true,
             "order_id": order_id,
@@ -1097,7 +1164,7 @@ impl DemoDb {
             find_order(&tx, order_id)?;
         }
         let ticket_id = DailyId::SupportTicket.next(&tx, now)?;
-        tx.execute(
+        tx.execute_cached(
             "INSERT INTO support_tickets
                  (ticket_id, customer_id, order_id, subject, description, status, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6)",
@@ -1248,9 +1315,119 @@ fn usable_coupon_discount(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
+
     use rusqlite::StatementStatus;
 
     use super::*;
+
+    /// Whether the shop's connection has waited for another's write lock.
+    static WAITED: Mutex<bool> = Mutex::new(false);
+    static WAIT_SEEN: Condvar = Condvar::new();
+
+    /// A busy handler that tells the test each time the shop waits, then
+    /// waits on.
+    fn note_the_wait(_retries: i32) -> bool {
+        *WAITED.lock().unwrap() = true;
+        WAIT_SEEN.notify_all();
+        std::thread::sleep(Duration::from_millis(1));
+        true
+    }
+
+    /// Runs `operation` on a new shop file in `dir` while another process
+    /// holds its write lock with `change` made, and commits the change once
+    /// the shop waits for the lock: an operation that checked before it
+    /// waited acts on what it read before the change. Returns the
+    /// operation's outcome and the other process's connection, to read what
+    /// was written.
+    fn with_another_writer(
+        dir: &tempfile::TempDir,
+        change: &str,
+        operation: impl FnOnce(&DemoDb) -> Result<Value, OpError> + Send,
+    ) -> (Result<Value, OpError>, Connection) {
+        let path = dir.path().join("shop.sqlite");
+        let db = DemoDb::open(&path).unwrap();
+        db.lock().busy_handler(Some(note_the_wait)).unwrap();
+        let other_process = Connection::open(&path).unwrap();
+        other_process
+            .execute_batch(&format!("BEGIN IMMEDIATE; {change}"))
+            .unwrap();
+        *WAITED.lock().unwrap() = false;
+        let outcome = std::thread::scope(|scope| {
+            let operation = scope.spawn(|| operation(&db));
+            let waited = *WAIT_SEEN
+                .wait_timeout_while(WAITED.lock().unwrap(), Duration::from_secs(60), |waited| {
+                    !*waited
+                })
+                .unwrap()
+                .0;
+            // Committed before any assertion, so that the operation ends.
+            other_process.execute_batch("COMMIT").unwrap();
+            let outcome = operation.join().unwrap();
+            assert!(waited, "the operation never waited for the write lock");
+            outcome
+        });
+        (outcome, other_process)
+    }
+
+    /// `pay_order`, `change_address` and `update_cart_item` read what they
+    /// check in the transaction of their write, so another process's
+    /// cancel, shipment or sale cannot come in between.
+    #[test]
+    fn a_check_and_its_write_let_no_other_writer_in_between() {
+        let dir = tempfile::tempdir().unwrap();
+        let (paid, other) = with_another_writer(
+            &dir,
+            "UPDATE orders SET status = 'cancelled' WHERE order_id = '88240'",
+            |db| db.pay_order("88240", PaymentMethod::Alipay),
+        );
+        assert!(matches!(paid, Err(OpError::Rejected(_))), "{paid:?}");
+        let (status, method): (String, Option<String>) = other
+            .query_row(
+                "SELECT status, payment_method FROM orders WHERE order_id = '88240'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((status.as_str(), method), ("cancelled", None));
+
+        let dir = tempfile::tempdir().unwrap();
+        let (redirected, other) = with_another_writer(
+            &dir,
+            "UPDATE orders SET status = 'shipped', tracking_no = 'SF5550001111' \
+             WHERE order_id = '88239'",
+            |db| db.change_address("88239", "1 Other Road, Guangzhou"),
+        );
+        assert!(
+            matches!(redirected, Err(OpError::Rejected(_))),
+            "{redirected:?}"
+        );
+        let address: String = other
+            .query_row(
+                "SELECT address FROM orders WHERE order_id = '88239'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert!(address.starts_with("Room 1203"), "{address}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let (added, other) = with_another_writer(
+            &dir,
+            "UPDATE products SET stock = 1 WHERE product_id = 'P1005'",
+            |db| db.update_cart_item("P1005", 5),
+        );
+        assert!(matches!(added, Err(OpError::Rejected(_))), "{added:?}");
+        let in_cart: i64 = other
+            .query_row(
+                "SELECT count(*) FROM cart_items WHERE product_id = 'P1005'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(in_cart, 0);
+    }
 
     /// The read tools' statements stay prepared: run again with other
     /// arguments, SQLite neither parses nor plans them again (see the query
@@ -1293,6 +1470,19 @@ mod tests {
                 sql.trim()
             );
         }
+    }
+
+    /// Writes go through the statement cache too: two tools writing a
+    /// refund run one prepared statement.
+    #[test]
+    fn write_statements_stay_prepared() {
+        let db = DemoDb::in_memory().unwrap();
+        db.apply_refund("88231", "broken").unwrap();
+        db.cancel_order("88239", None).unwrap();
+        let conn = db.lock();
+        let statement = conn.prepare_cached(INSERT_REFUND).unwrap();
+        assert_eq!(statement.get_status(StatementStatus::Run), 2);
+        assert_eq!(statement.get_status(StatementStatus::RePrepare), 0);
     }
 
     /// Of several refunds of an order (the tools record at most one), the

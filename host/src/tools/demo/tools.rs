@@ -247,8 +247,9 @@ impl Operation {
             ),
             Self::ApplyRefund => (
                 "Submit a full refund of an order to the original payment method. Only a delivered \
-                 (signed-for) order can be refunded, and only once; otherwise the call is rejected \
-                 with the reason to tell the customer. Returns the refund id and when the money \
+                 (signed-for) order can be refunded, only once, and not while an after-sale request \
+                 on it is in progress; otherwise the call is rejected with the reason to tell the \
+                 customer. Returns the refund id and when the money \
                  arrives. Changes data."
                     .to_owned(),
                 vec![
@@ -320,8 +321,8 @@ impl Operation {
             Self::ApplyAfterSale => (
                 "Open an after-sale request on a delivered order: a refund, a return (send the item \
                  back for a refund), an exchange or a repair. Rejected when the order is not \
-                 delivered, already has a request in progress, or (refund, return) was already \
-                 refunded. Returns the ticket id and the next step. Changes data."
+                 delivered, already has a request in progress, or was refunded (a refunded order \
+                 gets no second refund, no return, exchange or repair). Returns the ticket id and the next step. Changes data."
                     .to_owned(),
                 vec![
                     order_id(true, order_number),
@@ -391,7 +392,8 @@ impl Operation {
             ),
             Self::UpdateCartItem => (
                 "Set how many of a product are in the customer's cart; 0 removes it. Rejected for an \
-                 unknown product or more than the stock. Returns the updated cart. Changes data."
+                 unknown product, more than the stock, or 0 of a product not in the cart. Returns \
+                 the updated cart. Changes data."
                     .to_owned(),
                 vec![
                     text(true, "product_id", "The product id, e.g. \"P1007\".", 32),
@@ -650,6 +652,31 @@ fn parse<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolErr
     })
 }
 
+/// Turns whole numbers written as floats (`2.0`) into integers where the
+/// schema asks for an integer: JSON Schema counts `2.0` as one, so the
+/// registry passes it, and serde's integer types would then refuse it.
+fn whole_floats_as_integers(parameters: &Value, arguments: &mut Value) {
+    let (Some(properties), Value::Object(arguments)) =
+        (parameters["properties"].as_object(), arguments)
+    else {
+        return;
+    };
+    for (name, schema) in properties {
+        if schema["type"] != "integer" {
+            continue;
+        }
+        if let Some(value) = arguments.get_mut(name)
+            && value.is_f64()
+            && let Some(float) = value.as_f64()
+            && float.fract() == 0.0
+            // i64::MAX as f64 is 2^63, one past the largest i64.
+            && (i64::MIN as f64..i64::MAX as f64).contains(&float)
+        {
+            *value = Value::from(float as i64);
+        }
+    }
+}
+
 impl DemoTool {
     pub(super) fn new(operation: Operation, dialect: Dialect, db: Arc<DemoDb>) -> Self {
         Self {
@@ -740,7 +767,8 @@ impl Tool for DemoTool {
         &self.spec
     }
 
-    async fn invoke(&self, arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, mut arguments: Value) -> Result<Value, ToolError> {
+        whole_floats_as_integers(&self.spec.parameters, &mut arguments);
         let arguments = self.dialect.input(arguments);
         let answer = if self.db.in_file() {
             // Syncing the file or waiting for another process's write lock
