@@ -671,6 +671,37 @@ async fn run_applies_the_config_files_sandbox_limits() {
     );
 }
 
+/// A sandbox too large for the machine, or for the pool's counters, stops
+/// `run` and `serve` at start with the config keys that size it.
+#[tokio::test]
+async fn a_sandbox_too_large_to_start_names_the_keys_that_size_it() {
+    let work = Workdir::new();
+    for (instances, says) in [
+        (2_000_000_000, "more than the pool can count"),
+        (1_000_000, "could not be reserved"),
+    ] {
+        let config = format!("[sandbox]\nmax_instances = {instances}\n");
+        std::fs::write(work.path("skillhost.toml"), config).unwrap();
+        let run = [
+            "run",
+            "processRefund",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+        ];
+        let serve = ["serve", "--listen", "127.0.0.1:0"];
+        for command in [&run[..], &serve[..]] {
+            let args = [command, &["--config", "skillhost.toml"]].concat();
+            let (_, stderr) =
+                expect_code(&output(&mut work.host_command(&args, &bundled())).await, 1);
+            assert!(
+                stderr.contains("`[sandbox] max_instances`") && stderr.contains(says),
+                "{command:?}: {stderr}"
+            );
+        }
+    }
+    assert_eq!(work.refunds_of_88231(), 0);
+}
+
 /// `ask` takes the LLM, the agent and the confirmation policy from the
 /// config file too: here the write is approved by the file, not asked.
 #[tokio::test]

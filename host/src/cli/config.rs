@@ -22,7 +22,8 @@ use serde::Deserialize;
 
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
-use skillhost::runtime::{Limits, RuntimeConfig};
+use skillhost::embed::BuildError;
+use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
 
@@ -269,6 +270,22 @@ impl ConfigFile {
                     _ => None,
                 })
         }
+    }
+}
+
+/// `error` with the config keys that size the sandbox named before it, when
+/// it is the sandbox refusing its size (the library's message names its own
+/// fields, not these keys).
+pub fn name_sandbox_keys(error: anyhow::Error) -> anyhow::Error {
+    let refused = |error: &anyhow::Error| error.is::<RuntimeConfigError>();
+    let built = matches!(
+        error.downcast_ref::<BuildError>(),
+        Some(BuildError::Runtime(inner)) if refused(inner)
+    );
+    if built || refused(&error) {
+        error.context("the sandbox is sized by `[sandbox] max_instances` and `memory_mib` in the --config file")
+    } else {
+        error
     }
 }
 

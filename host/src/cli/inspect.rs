@@ -17,7 +17,7 @@ use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, comp
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
 
-use super::config::ConfigFile;
+use super::config::{self, ConfigFile};
 use super::scratch_tools;
 use super::sign::TrustArgs;
 
@@ -140,7 +140,8 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     // Not the file's problems: these fail the command before it reports.
     let file = ConfigFile::load_or_default(args.config.as_deref())?;
     let runtime = Runtime::new(file.runtime_config(RuntimeConfig::default())?)
-        .context("starting the sandbox")?;
+        .context("starting the sandbox")
+        .map_err(config::name_sandbox_keys)?;
     let tools = scratch_tools(&file, "inspect")?;
     if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
         report.error = Some(problem);

@@ -241,7 +241,7 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     // Settings first, so that a mistake in them creates no database.
     let policy = args.signature_policy()?;
     let skills_dir = args.skills_dir()?;
-    let runtime = Runtime::new(args.runtime_config(file)?)?;
+    let runtime = Runtime::new(args.runtime_config(file)?).map_err(config::name_sandbox_keys)?;
     let http_tools = file.http_tools()?;
     let db = Arc::new(DemoDb::open(&args.db)?);
     let mut tools = ToolRegistry::new();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
-use super::config::ConfigFile;
+use super::config::{self, ConfigFile};
 use super::progress::{self, Progress};
 use super::{HostArgs, scratch_tools};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
@@ -45,7 +45,8 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Err(ConfigError::NotConfigured { .. }) => None,
         Err(error) => return Err(error.into()),
     };
-    let runtime = Runtime::new(args.host.runtime_config(&file)?)?;
+    let runtime =
+        Runtime::new(args.host.runtime_config(&file)?).map_err(config::name_sandbox_keys)?;
     let skills = Arc::new(load_skills(&args.host, &file, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {

@@ -126,6 +126,21 @@ pub enum RuntimeConfigError {
         max = u32::MAX / CORE_INSTANCES_PER_SLOT
     )]
     TooManyInstanceSlots(u32),
+    /// The pool reserves every slot's address space up front; the machine
+    /// (or `ulimit -v`) may not have that much.
+    #[error(
+        "the instance pool could not be reserved ({instances} instances, each with up to \
+         {memory_mib} MiB of linear memory); lower max_concurrent_instances or \
+         limits.memory_bytes: {cause}"
+    )]
+    PoolNotReserved {
+        /// [`RuntimeConfig::max_concurrent_instances`].
+        instances: u32,
+        /// [`Limits::memory_bytes`], in MiB.
+        memory_mib: usize,
+        /// What wasmtime said.
+        cause: String,
+    },
 }
 
 /// The shared sandbox: engine, linker and epoch ticker. Cheap to clone.
@@ -187,7 +202,12 @@ impl Runtime {
             let functions = FunctionCache::new(config.function_cache_bytes);
             engine_config.enable_incremental_compilation(Arc::new(functions))?;
         }
-        let engine = Engine::new(&engine_config)?;
+        let engine =
+            Engine::new(&engine_config).map_err(|error| RuntimeConfigError::PoolNotReserved {
+                instances: config.max_concurrent_instances,
+                memory_mib: config.limits.memory_bytes >> 20,
+                cause: format!("{error:#}"),
+            })?;
         let mut linker = Linker::new(&engine);
         // Guests from wasm32-wasip2, componentize-py and componentize-js
         // import WASI even when they never use it. Linking it with an empty

@@ -15,7 +15,7 @@ use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::DemoDb;
 
-use super::{HostArgs, console, progress};
+use super::{HostArgs, config, console, progress};
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
 /// a gateway without API keys is not reachable from other machines.
@@ -113,7 +113,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .on_load_progress(progress::loading_skills())
         .build()
         .await
-        .context("starting the host")?;
+        .context("starting the host")
+        .map_err(config::name_sandbox_keys)?;
     report_host(&host, hot_reload);
     let gateway = Gateway::new(
         host,
