@@ -970,10 +970,45 @@ async fn chat_without_a_model_is_a_503_saying_how_to_configure_one() {
     );
     let (_, models) = served.get("/v1/models").await;
     assert_eq!(models["data"], json!([]));
+    let (status, body) = served.get("/v1/models/test-model").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let error = error_of(&body, "model_not_found");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("no LLM is configured"),
+        "{error}"
+    );
     let (status, _) = served
         .invoke("inquireOrderStatus", json!({"orderId": "99001"}))
         .await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// OpenAI's `models.list` and `models.retrieve` see the one model the agent
+/// runs on; any other id is a 404 that names it.
+#[tokio::test]
+async fn the_served_model_is_listed_and_retrieved_by_its_id() {
+    let llm = ScriptedLlm::start(vec![]).await;
+    let served = Served::with_llm(&llm).await;
+    let model =
+        json!({"id": "test-model", "object": "model", "created": 0, "owned_by": "skillhost"});
+    let (status, list) = served.get("/v1/models").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list, json!({"object": "list", "data": [model]}));
+    let (status, retrieved) = served.get("/v1/models/test-model").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(retrieved, model);
+    let (status, body) = served.get("/v1/models/gpt-4o").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let error = error_of(&body, "model_not_found");
+    assert_eq!(error["param"], "model");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("`gpt-4o`") && message.contains("serves `test-model`"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

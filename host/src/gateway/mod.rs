@@ -11,6 +11,7 @@
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
 //! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
+//! | `GET /v1/models/{id}` | API | that model, or a 404 `model_not_found` naming the one served |
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
 //! | `GET /v1/skills/{name}` | API | one skill |
 //! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
@@ -228,6 +229,7 @@ impl Gateway {
             .route("/v1/chat/completions", post(chat::chat_completions))
             .route("/v1/confirmations/{id}", post(chat::answer_confirmation))
             .route("/v1/models", get(ops::models))
+            .route("/v1/models/{id}", get(ops::model))
             .route("/v1/skills", get(skills::list))
             .route("/v1/skills/{name}", get(skills::get))
             .route("/v1/skills/{name}/invoke", post(skills::invoke))

@@ -13,10 +13,12 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::chat::answer_path;
+use super::errors::{ApiError, ApiPath};
 use super::openai::confirmation_json;
 use super::{AppState, Mount};
 use crate::embed::Health;
 use crate::embed::metrics::CONTENT_TYPE;
+use crate::text;
 
 /// `GET /healthz`: always 200 while the process serves (liveness), with
 /// [`SkillHost::health`](crate::embed::SkillHost::health) as the body.
@@ -34,15 +36,43 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 
 /// `GET /v1/models`: the configured model, or none.
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
-    let models: Vec<Value> = state
-        .host
-        .llm()
+    let models: Vec<Value> = served_model(&state)
+        .as_deref()
         .into_iter()
-        .map(|llm| {
-            json!({"id": llm.config().model, "object": "model", "created": 0, "owned_by": "skillhost"})
-        })
+        .map(model_json)
         .collect();
     Json(json!({"object": "list", "data": models}))
+}
+
+/// `GET /v1/models/{id}`: the configured model by its id (OpenAI's
+/// `models.retrieve`, which some clients call before chatting).
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    match served_model(&state) {
+        Some(model) if model == id => Ok(Json(model_json(&model))),
+        served => Err(ApiError::not_found(
+            "model_not_found",
+            format!(
+                "the model `{}` is not served here ({})",
+                text::escaped(&id, text::OUTSIDE_TEXT_BYTES),
+                match served {
+                    Some(model) => format!("this gateway serves `{model}`"),
+                    None => "no LLM is configured".into(),
+                }
+            ),
+        )
+        .with_param("model")),
+    }
+}
+
+fn served_model(state: &AppState) -> Option<String> {
+    state.host.llm().ok().map(|llm| llm.config().model.clone())
+}
+
+fn model_json(model: &str) -> Value {
+    json!({"id": model, "object": "model", "created": 0, "owned_by": "skillhost"})
 }
 
 /// `GET /v1/confirmations`: every pending confirmation, soonest to expire
