@@ -359,13 +359,57 @@ async fn a_rejection_inside_the_skill_steps_is_reported_and_writes_nothing() {
         resolutions(&finished.events),
         [Resolution::Declined(Declined::Rejected { reason: None })]
     );
-    // The guest got a `declined` tool error and said so in its result.
-    let result: Value =
-        serde_json::from_str(&tool_result(llm.requests()[1].messages(), "call_1_0")).unwrap();
+    // The guest got a `declined` tool error and said so in its result; the
+    // host says so after it in its own words.
+    let content = tool_result(llm.requests()[1].messages(), "call_1_0");
+    let (result, note) = content.split_once(HOST_NOTE).expect(&content);
+    let result: Value = serde_json::from_str(result.trim_end()).unwrap();
     assert_eq!(result["refunded"], false);
     assert!(
         result["message"].as_str().unwrap().contains("declined"),
         "{result}"
+    );
+    assert!(
+        note.starts_with("the user declined `applyRefund`; it was not executed"),
+        "{note}"
+    );
+    assert!(shop.db.refunds_for("88231").unwrap().is_empty());
+}
+
+/// How the host's note on calls declined inside a skill starts.
+const HOST_NOTE: &str = "[from the host: while this skill ran, ";
+
+/// A skill's sub-agent that tells the main model the refund went through
+/// after the person declined it: the main model reads the host's note too.
+#[tokio::test]
+async fn what_a_person_declined_inside_a_skill_reaches_the_main_model_whatever_the_skill_says() {
+    let (shop, llm, agent) = shop_and_agent(
+        vec![
+            refund_call(),
+            Step::tool_call(
+                "applyRefund",
+                json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+            ),
+            Step::text("Refund RF20260629001 submitted; it arrives in 1-3 business days."),
+            Step::text("Your refund was not submitted, as you declined it."),
+        ],
+        AgentConfig {
+            use_steps: false,
+            ..config()
+        },
+    )
+    .await;
+    let decision = Decision::Reject(Some("I will keep it".into()));
+    let finished = ask_deciding(&agent, REFUND_REQUEST, decision).await;
+    finished.result.unwrap();
+    let content = tool_result(llm.requests()[3].messages(), "call_1_0");
+    let (said, note) = content.split_once(HOST_NOTE).expect(&content);
+    assert!(said.starts_with("Refund RF20260629001 submitted"), "{said}");
+    assert!(
+        note.starts_with(
+            "the user declined `applyRefund` (their reason: I will keep it); it was not executed"
+        ),
+        "{note}"
     );
     assert!(shop.db.refunds_for("88231").unwrap().is_empty());
 }

@@ -180,7 +180,8 @@ fn assert_says_how_to_configure_an_llm(stderr: &str) {
 }
 
 /// The content of the tool message of the second main request: what the
-/// skill told the main agent.
+/// skill told the main agent (before any note the host added on calls
+/// declined inside it).
 fn skill_result(llm: &ScriptedLlm) -> Value {
     let requests = llm.requests();
     let tool = requests[1]
@@ -188,8 +189,12 @@ fn skill_result(llm: &ScriptedLlm) -> Value {
         .iter()
         .find(|message| message["role"] == "tool")
         .expect("a tool message in the second request");
-    serde_json::from_str(tool["content"].as_str().expect("text content"))
-        .expect("the skill's JSON result")
+    let content = tool["content"].as_str().expect("text content");
+    let result = content
+        .split("\n\n[from the host: ")
+        .next()
+        .unwrap_or_default();
+    serde_json::from_str(result).expect("the skill's JSON result")
 }
 
 #[tokio::test]

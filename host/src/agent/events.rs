@@ -109,7 +109,7 @@ impl Declined {
     }
 
     /// What the model is told: the call did not run, and what to do now.
-    fn tell_model(&self, tool: &str) -> String {
+    pub(super) fn tell_model(&self, tool: &str) -> String {
         match self {
             Self::Rejected { reason } => format!(
                 "the user declined `{tool}`{}; it was not executed. Do not call it again; tell \

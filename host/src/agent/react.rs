@@ -111,7 +111,14 @@ impl Scope for MainScope {
                 if let Err(error) = component.validate_input(&call.arguments) {
                     return Ok(call.refuse(run, caller, error.to_string()));
                 }
-                skill::invoke(run, component, call.arguments).await?
+                // Calls of one answer run one after another, so whatever
+                // was declined from here on was declined inside this skill.
+                let mark = run.declined_count();
+                let outcome = skill::invoke(run, component, call.arguments).await?;
+                return Ok(skill::with_declines_noted(
+                    outcome.to_tool_content(),
+                    &run.declined_since(mark),
+                ));
             }
         };
         Ok(outcome.to_tool_content())

@@ -277,6 +277,10 @@ pub(super) struct RunContext {
     /// same call right after it is not run again (see
     /// [`Self::confirm_and_call`]).
     last_write: Mutex<Option<(String, String)>>,
+    /// Every call a person declined (or let expire) in this run, in order,
+    /// as (tool, why): what a skill saw declined, its caller is told too
+    /// ([`Self::declined_since`]).
+    declined: Mutex<Vec<(String, Declined)>>,
 }
 
 impl RunContext {
@@ -305,6 +309,7 @@ impl RunContext {
             tracker,
             stats: Mutex::default(),
             last_write: Mutex::default(),
+            declined: Mutex::default(),
         };
         (Arc::new(run), receiver)
     }
@@ -469,6 +474,7 @@ impl RunContext {
                 resolution: resolution.clone(),
             });
             if let Resolution::Declined(why) = resolution {
+                self.declined_calls().push((tool.to_owned(), why.clone()));
                 return Err(CallError::Declined(why));
             }
         }
@@ -477,6 +483,24 @@ impl RunContext {
             *self.last_write() = write;
         }
         Ok(result)
+    }
+
+    /// How many calls have been declined so far: a mark for
+    /// [`Self::declined_since`].
+    pub(super) fn declined_count(&self) -> usize {
+        self.declined_calls().len()
+    }
+
+    /// The calls declined after `mark` (a [`Self::declined_count`]).
+    pub(super) fn declined_since(&self, mark: usize) -> Vec<(String, Declined)> {
+        self.declined_calls()
+            .get(mark..)
+            .unwrap_or_default()
+            .to_vec()
+    }
+
+    fn declined_calls(&self) -> std::sync::MutexGuard<'_, Vec<(String, Declined)>> {
+        self.declined.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn last_write(&self) -> std::sync::MutexGuard<'_, Option<(String, String)>> {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::AgentError;
-use super::events::{AgentEvent, CallOutcome, Caller, SkillPath};
+use super::events::{AgentEvent, CallOutcome, Caller, Declined, SkillPath};
 use super::llm::Message;
 use super::react::{Loop, SkillScope};
 use super::run::{Journal, RunContext, StepsDispatch, steps_error};
@@ -69,6 +69,19 @@ pub(super) async fn invoke(
         outcome: outcome.clone(),
     });
     Ok(outcome)
+}
+
+/// A skill's result as the main model reads it, followed by what a person
+/// declined while the skill ran, in the host's words: the skill's steps or
+/// sub-agent may have made anything of the refusal (or nothing), and the
+/// model must neither believe a declined write happened nor make it again.
+pub(super) fn with_declines_noted(content: String, declined: &[(String, Declined)]) -> String {
+    declined.iter().fold(content, |mut content, (tool, why)| {
+        content.push_str("\n\n[from the host: while this skill ran, ");
+        content.push_str(&why.tell_model(tool));
+        content.push(']');
+        content
+    })
 }
 
 /// Why a skill's deterministic steps gave no result.
