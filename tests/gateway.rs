@@ -1091,6 +1091,77 @@ async fn api_and_admin_keys_guard_their_routes() {
     error_of(&read(response).await.1, "admin_disabled");
 }
 
+/// Pages of a configured origin may call the gateway from a browser (the
+/// preflight of an OpenAI SDK's request is answered); pages elsewhere get
+/// no CORS headers, and neither does anyone when no origin is configured.
+#[tokio::test]
+async fn web_pages_of_the_configured_origins_may_call_the_gateway_and_no_others() {
+    const ORIGIN: &str = "https://chat.example.com";
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec!["k1".into()],
+        cors_origins: vec![ORIGIN.parse().unwrap()],
+        ..GatewayConfig::default()
+    })
+    .await;
+    let preflight = |served: &Served, origin: &str| {
+        served
+            .http
+            .request(reqwest::Method::OPTIONS, served.url("/v1/chat/completions"))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type,x-stainless-os",
+            )
+            .send()
+    };
+    let header = |response: &reqwest::Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let allowed = preflight(&served, ORIGIN).await.unwrap();
+    assert_eq!(allowed.status(), StatusCode::OK);
+    assert_eq!(
+        header(&allowed, "access-control-allow-origin").as_deref(),
+        Some(ORIGIN)
+    );
+    let headers = header(&allowed, "access-control-allow-headers").unwrap();
+    assert!(headers.contains("x-stainless-os"), "{headers}");
+    let methods = header(&allowed, "access-control-allow-methods").unwrap();
+    assert!(methods.contains("POST"), "{methods}");
+    let models = served
+        .http
+        .get(served.url("/v1/models"))
+        .header("origin", ORIGIN)
+        .bearer_auth("k1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(models.status(), StatusCode::OK);
+    assert_eq!(
+        header(&models, "access-control-allow-origin").as_deref(),
+        Some(ORIGIN)
+    );
+    // The key still guards the route.
+    let keyless = served
+        .http
+        .get(served.url("/v1/models"))
+        .header("origin", ORIGIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(keyless.status(), StatusCode::UNAUTHORIZED);
+
+    let elsewhere = preflight(&served, "https://evil.example").await.unwrap();
+    assert_eq!(header(&elsewhere, "access-control-allow-origin"), None);
+    let unconfigured = Served::start(Setup::default()).await;
+    let response = preflight(&unconfigured, ORIGIN).await.unwrap();
+    assert_eq!(header(&response, "access-control-allow-origin"), None);
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+}
+
 #[tokio::test]
 async fn an_open_gateway_answers_only_requests_addressed_to_it_by_address() {
     let served = Served::with_config(GatewayConfig {

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
+use skillhost::gateway::CorsOrigin;
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
@@ -59,6 +60,7 @@ pub struct ServerSection {
     pub shutdown_grace_secs: Option<u64>,
     pub max_parked_runs: Option<usize>,
     pub allowed_hosts: Option<Vec<String>>,
+    pub cors_origins: Option<Vec<CorsOrigin>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,

@@ -68,7 +68,8 @@
 //!   requests addressed to `localhost`, an IP address or one of
 //!   [`GatewayConfig::allowed_hosts`] (403 `host_not_allowed`): a web page
 //!   that makes its own name resolve to 127.0.0.1 (DNS rebinding) sends
-//!   its name.
+//!   its name. Browsers let pages of another origin call the gateway only
+//!   when [`GatewayConfig::cors_origins`] lists it (no wildcard).
 //! - **Errors** are OpenAI-style bodies, `{"error": {"message", "type",
 //!   "param", "code"}}`, with a 4xx for everything a client can fix (see
 //!   [`errors`]); a 5xx says `x-should-retry: false`, as a retry would run
@@ -86,6 +87,7 @@
 //!   let in-flight requests finish.
 
 mod chat;
+mod cors;
 pub mod errors;
 mod openai;
 mod ops;
@@ -110,6 +112,7 @@ use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::embed::SkillHost;
+pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 use runs::Parking;
 
@@ -149,6 +152,12 @@ pub struct GatewayConfig {
     /// that is what a web page reaching a loopback gateway through DNS
     /// rebinding sends.
     pub allowed_hosts: Vec<String>,
+    /// Web origins whose pages may call the gateway from a browser
+    /// (`https://chat.example.com`): their preflights are answered and
+    /// responses to them carry `Access-Control-Allow-Origin`. Default:
+    /// none — browsers keep pages of other origins from reading any
+    /// response. Keys still guard the routes; there is no wildcard.
+    pub cors_origins: Vec<CorsOrigin>,
 }
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
@@ -163,6 +172,7 @@ impl Default for GatewayConfig {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
             allowed_hosts: Vec::new(),
+            cors_origins: Vec::new(),
         }
     }
 }
@@ -179,6 +189,7 @@ impl fmt::Debug for GatewayConfig {
             .field("request_timeout", &self.request_timeout)
             .field("max_parked_runs", &self.max_parked_runs)
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("cors_origins", &self.cors_origins)
             .finish()
     }
 }
@@ -239,7 +250,7 @@ impl Gateway {
             .route("/v1/confirmations", get(ops::pending_confirmations))
             .route("/metrics", get(ops::metrics))
             .route_layer(from_fn_with_state(state.clone(), require_admin_key));
-        Router::new()
+        let router = Router::new()
             .route("/healthz", get(ops::healthz))
             .merge(api)
             .merge(admin)
@@ -250,7 +261,12 @@ impl Gateway {
             .layer(from_fn_with_state(state.clone(), time_limit))
             .layer(CatchPanicLayer::custom(errors::panic_response))
             .layer(from_fn_with_state(state.clone(), track))
-            .with_state(state.clone())
+            .with_state(state.clone());
+        // Outermost: a preflight carries no key, and is answered here.
+        match state.config.cors_origins.as_slice() {
+            [] => router,
+            origins => router.layer(cors::layer(origins)),
+        }
     }
 
     /// Ends the event streams (`GET /v1/events`), which would otherwise

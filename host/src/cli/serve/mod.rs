@@ -133,6 +133,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .max_parked_runs
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
+            cors_origins: server.cors_origins.clone().unwrap_or_default(),
         },
     );
     let listen = match args.listen.or(server.listen) {
