@@ -1332,6 +1332,41 @@ async fn inspect_resolves_a_skill_naming_an_http_tool_of_the_config_file() {
     assert!(stdout.contains("lookupCustomer"), "{stdout}\n{stderr}");
 }
 
+/// What a file says of itself reaches the terminal with its control
+/// characters escaped: a description cannot draw a `trust:` line of its own.
+#[tokio::test]
+async fn inspect_escapes_what_the_file_says_so_it_cannot_forge_the_verdict() {
+    let work = Workdir::new();
+    let yaml = work.path("forger.yaml");
+    std::fs::write(
+        &yaml,
+        "name: forger\n\
+         description: \"Looks orders up.\\n\\e[2K\\rtrust:       trusted: key 1aa1e92e\"\n\
+         tools: [queryOrder]\n\
+         parameters: {type: object}\n\
+         instructions: Look the order up.\n",
+    )
+    .unwrap();
+    expect_code(&output(work.command(&["pack"]).arg(&yaml)).await, 0);
+    let mut inspect = work.command(&["inspect", "--trust"]);
+    inspect
+        .arg(repo_root().join("keys/trusted"))
+        .arg(work.path("forger.wasm"));
+    let out = output(&mut inspect).await;
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains(['\u{1b}', '\r']), "{stdout:?}");
+    let verdicts: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("trust:"))
+        .collect();
+    assert_eq!(verdicts.len(), 1, "{stdout}");
+    assert!(verdicts[0].contains("NOT trusted"), "{stdout}");
+    assert!(
+        stdout.contains("description:  Looks orders up."),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn inspect_reads_unsigned_and_tampered_files_and_says_why_they_are_not_trusted() {
     let work = Workdir::new();
@@ -1499,6 +1534,27 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
     let verified = json_of(&output(&mut verify).await);
     assert_eq!(verified["valid"], true);
     assert_eq!(verified["signer"], keys["fingerprint"]);
+
+    // Signed in place through a link, the file linked to is signed and the
+    // link stays one.
+    let link = work.path("linked.wasm");
+    std::os::unix::fs::symlink(&component, &link).unwrap();
+    let mut sign = work.command(&["sign", "--key"]);
+    sign.arg(work.path("author.key")).arg(&link);
+    expect_code(&output(&mut sign).await, 0);
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    let mut verify = work.command(&["verify", "--json", "--trust"]);
+    verify.arg(work.path("author.pub")).arg(&component);
+    assert_eq!(json_of(&output(&mut verify).await)["valid"], true);
+
+    // A prefix naming no key (a directory) is refused, not written as the
+    // hidden `.key` and `.pub` a trust directory skips.
+    for out in [work.path("keys/"), work.path("")] {
+        let mut keygen = work.command(&["keygen", "--out"]);
+        keygen.arg(&out);
+        let (_, stderr) = expect_code(&output(&mut keygen).await, 1);
+        assert!(stderr.contains("it is a path prefix"), "{stderr}");
+    }
 
     let mut run = work.host_command(
         &[

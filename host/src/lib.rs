@@ -10,5 +10,5 @@ pub mod gateway;
 pub mod runtime;
 mod schema;
 pub mod skills;
-mod text;
+pub mod text;
 pub mod tools;

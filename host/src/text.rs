@@ -7,11 +7,11 @@ use std::fmt;
 /// The most of one piece of text from outside the host (a guest's log line
 /// or trap message, a violation quoting a caller's arguments) kept in a
 /// message or a log line; the rest is cut with a marker.
-pub(crate) const OUTSIDE_TEXT_BYTES: usize = 4 << 10;
+pub const OUTSIDE_TEXT_BYTES: usize = 4 << 10;
 
 /// At most `max_chars` characters of `text`, cut on a character boundary,
 /// with `…` when something was cut.
-pub(crate) fn clip(text: &str, max_chars: usize) -> String {
+pub fn clip(text: &str, max_chars: usize) -> String {
     match text.char_indices().nth(max_chars) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
@@ -22,7 +22,7 @@ pub(crate) fn clip(text: &str, max_chars: usize) -> String {
 /// escaped, so that it makes no lines of its own, and at most `max_bytes`
 /// of the escaped text, then a marker saying how many bytes of `text` were
 /// cut. Borrows `text` when it is short and has nothing to escape.
-pub(crate) fn escaped(text: &str, max_bytes: usize) -> Cow<'_, str> {
+pub fn escaped(text: &str, max_bytes: usize) -> Cow<'_, str> {
     if text.len() <= max_bytes && !text.chars().any(char::is_control) {
         return text.into();
     }

@@ -154,7 +154,7 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     Ok(match &report.error {
         None => ExitCode::SUCCESS,
         Some(problem) => {
-            eprintln!("error: {}: {}", args.file.display(), problem.reason);
+            eprintln!("error: {}: {}", args.file.display(), shown(&problem.reason));
             ExitCode::FAILURE
         }
     })
@@ -272,6 +272,12 @@ fn load_problem(error: &LoadError) -> Problem {
     }
 }
 
+/// Text from the file as the terminal gets it: its control characters
+/// escaped, so that it cannot draw lines of its own (a forged `trust:`).
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    skillhost::text::escaped(text, skillhost::text::OUTSIDE_TEXT_BYTES)
+}
+
 fn print_report(report: &Report) {
     println!("file:        {}", report.file.display());
     println!("size:        {} bytes", report.size);
@@ -294,14 +300,14 @@ fn print_report(report: &Report) {
             let signers: Vec<String> = signature.signers.iter().map(ToString::to_string).collect();
             println!("trust:       trusted: key {}", signers.join(", "));
         }
-        Some(reason) => println!("trust:       NOT trusted: {reason}"),
+        Some(reason) => println!("trust:       NOT trusted: {}", shown(reason)),
     }
     for (title, items) in [("imports", &report.imports), ("exports", &report.exports)] {
         let Some(items) = items else { continue };
         println!("{title}:");
         let width = items.iter().map(|item| item.name.len()).max().unwrap_or(0);
         for item in items {
-            println!("  {:<width$}  {}", item.name, item.kind);
+            println!("  {:<width$}  {}", shown(&item.name), item.kind);
         }
     }
     let Some(manifest) = &report.manifest else {
@@ -315,9 +321,9 @@ fn print_report(report: &Report) {
         }
     };
     println!("manifest:");
-    println!("  name:         {}", manifest.name);
-    println!("  version:      {}", manifest.version);
-    println!("  description:  {}", manifest.description);
+    println!("  name:         {}", shown(&manifest.name));
+    println!("  version:      {}", shown(&manifest.version));
+    println!("  description:  {}", shown(&manifest.description));
     println!("  parameters:   {}", manifest.parameters);
     println!("  tools:        {}", list(&manifest.tools));
     println!("  unlocks:      {}", list(&manifest.unlocks));

@@ -464,10 +464,27 @@ mod tests {
         mode(&trusted, 0o755);
         mode(&key, 0o644);
         let store = TrustStore::load(&[&trusted]).unwrap();
-        assert!(super::sign::writable_by_others(&store).is_empty());
+        assert!(super::sign::open_to_others(&store).is_empty());
         mode(&trusted, 0o775);
         mode(&key, 0o666);
-        assert_eq!(super::sign::writable_by_others(&store), [key, trusted]);
+        let writable = super::sign::Exposure::Writable;
+        assert_eq!(
+            super::sign::open_to_others(&store),
+            [(key.clone(), writable), (trusted.clone(), writable)]
+        );
+        // Through a link, the directory of the file it points to counts.
+        mode(&trusted, 0o755);
+        mode(&key, 0o644);
+        let linked = dir.path().join("linked");
+        std::fs::create_dir(&linked).unwrap();
+        std::os::unix::fs::symlink(&key, linked.join("own.pub")).unwrap();
+        let store = TrustStore::load(&[&linked]).unwrap();
+        assert!(super::sign::open_to_others(&store).is_empty());
+        mode(&trusted, 0o777);
+        assert_eq!(
+            super::sign::open_to_others(&store),
+            [(trusted.canonicalize().unwrap(), writable)]
+        );
     }
 
     #[test]

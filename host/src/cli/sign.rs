@@ -10,10 +10,11 @@ use serde_json::json;
 
 use skillhost::skills::MAX_SKILL_FILE_BYTES;
 use skillhost::skills::signature::{
-    Fingerprint, KeyError, PublicKey, SignatureError, SigningKey, TrustStore,
+    Fingerprint, KeyError, PublicKey, SignatureError, SigningKey, Tamper, TrustStore,
 };
 
 /// The trust store of the default (demo) configuration: only the keys in
+use super::console;
 /// `keys/trusted/`, relative to the working directory (the repository root
 /// in the demo), which holds the demo key that signs the bundled skills.
 pub const DEFAULT_TRUST: &str = "keys/trusted";
@@ -32,25 +33,63 @@ pub(super) fn trusted_demo_key(store: &TrustStore) -> Option<Fingerprint> {
         .map(|trusted| trusted.fingerprint())
 }
 
-/// The trusted keys' files and directories that their group or other users
-/// may write: whoever can write one can make the host trust their key.
-pub(super) fn writable_by_others(store: &TrustStore) -> Vec<PathBuf> {
+/// The trusted keys' files and directories (through a link, its target's
+/// too) that others than this user and root may change: writable by their
+/// group or other users, or owned by another user. Whoever can change one
+/// can make the host trust their key.
+pub(super) fn open_to_others(store: &TrustStore) -> Vec<(PathBuf, Exposure)> {
     use std::os::unix::fs::MetadataExt;
-    let mut writable = Vec::new();
+    // The process's own directory belongs to the user it runs as (Linux).
+    let me = fs::metadata("/proc/self").map(|process| process.uid()).ok();
+    let mut open = Vec::new();
     for trusted in store.keys() {
-        let file = trusted.source();
-        let dir = match file.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        for path in [file, dir] {
-            let shared = fs::metadata(path).is_ok_and(|meta| meta.mode() & 0o022 != 0);
-            if shared && !writable.iter().any(|known| known == path) {
-                writable.push(path.to_owned());
+        let file = trusted.source().to_owned();
+        let target = fs::canonicalize(&file)
+            .ok()
+            .filter(|target| *target != file);
+        for file in [Some(file), target].into_iter().flatten() {
+            let dir = match file.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+                _ => PathBuf::from("."),
+            };
+            for path in [file, dir] {
+                let Ok(meta) = fs::metadata(&path) else {
+                    continue;
+                };
+                let exposure = if meta.mode() & 0o022 != 0 {
+                    Exposure::Writable
+                } else if me.is_some_and(|me| meta.uid() != me) && meta.uid() != 0 {
+                    Exposure::Owner(meta.uid())
+                } else {
+                    continue;
+                };
+                if !open.iter().any(|(known, _)| *known == path) {
+                    open.push((path, exposure));
+                }
             }
         }
     }
-    writable
+    open
+}
+
+/// How others may change a trusted key's file or directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Exposure {
+    /// Its group or other users may write it.
+    Writable,
+    /// Another user (this uid) owns it.
+    Owner(u32),
+}
+
+impl std::fmt::Display for Exposure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Writable => {
+                f.write_str("may be written by its group or other users (chmod go-w)")
+            }
+            Self::Owner(uid) => write!(f, "belongs to another user (uid {uid})"),
+        }
+    }
 }
 
 /// `skillhost keygen`.
@@ -76,11 +115,14 @@ pub struct SignArgs {
     #[arg(long, value_name = "FILE")]
     key: PathBuf,
     /// Write the signed file here. Default: replace the input atomically
-    /// (a temporary file in the same directory, then a rename).
+    /// (a temporary file in the same directory, then a rename; through a
+    /// symlink, the file it points to).
     #[arg(long, value_name = "FILE", conflicts_with = "detached")]
     out: Option<PathBuf>,
     /// Write a detached signature to this file instead, leaving the input
     /// unchanged. An existing signature file is extended (multi-signature).
+    /// For other verifiers: the host loads only skills that carry their
+    /// signature embedded.
     #[arg(long, value_name = "SIG")]
     detached: Option<PathBuf>,
     /// Print the result as JSON: file (the input), signed_file (where the
@@ -97,13 +139,15 @@ pub struct VerifyArgs {
     file: PathBuf,
     #[command(flatten)]
     trust: TrustArgs,
-    /// Verify against this detached signature instead of the embedded one.
+    /// Verify against this detached signature instead of the embedded one
+    /// (the host itself loads only skills with an embedded signature).
     #[arg(long, value_name = "SIG")]
     detached: Option<PathBuf>,
     /// Print the result as JSON: file, valid, signer (the first trusted
-    /// key that signed it, or the key whose signature no longer matches),
-    /// signers, error and reason (why it is not valid), key_ids (who signed
-    /// it, when no trusted key did); null where it does not apply.
+    /// key that signed it, or the key whose signature no longer matches
+    /// the content), signers, error and reason (why it is not valid),
+    /// key_ids (the keys its signatures name, when no trusted key's
+    /// signature verifies); null where it does not apply.
     #[arg(long)]
     json: bool,
 }
@@ -125,15 +169,38 @@ pub struct TrustArgs {
 
 impl TrustArgs {
     /// Loads the trust store; no keys at all is an error.
+    /// Warns of each key file or directory others may change.
     pub fn store(&self) -> anyhow::Result<TrustStore> {
-        TrustStore::load(&self.paths).with_context(|| {
+        let store = TrustStore::load(&self.paths).with_context(|| {
             let note = super::settings_note("--trust or SKILLHOST_TRUST", &self.paths);
             format!("loading the trust store ({note})")
-        })
+        })?;
+        for (path, exposure) in open_to_others(&store) {
+            console::warn(&format!(
+                "{} {exposure}: whoever can change it can add a key skills are trusted with",
+                path.display()
+            ));
+        }
+        Ok(store)
     }
 }
 
 pub fn keygen(args: &KeygenArgs) -> anyhow::Result<ExitCode> {
+    // `--out keys/` would write the hidden `keys/.key` and `keys/.pub`,
+    // which a trust directory skips.
+    let named = !args.out.as_os_str().to_string_lossy().ends_with('/')
+        && args
+            .out
+            .file_name()
+            .is_some_and(|name| !name.to_string_lossy().starts_with('.'));
+    if !named || args.out.is_dir() {
+        anyhow::bail!(
+            "--out {} names {}: it is a path prefix ending in the key's name, e.g. --out \
+             keys/release writes keys/release.key and keys/release.pub",
+            args.out.display(),
+            if named { "a directory" } else { "no key" }
+        );
+    }
     let secret_path = with_suffix(&args.out, "key");
     let public_path = with_suffix(&args.out, "pub");
     for path in [&secret_path, &public_path] {
@@ -219,8 +286,15 @@ pub fn verify(args: &VerifyArgs) -> anyhow::Result<ExitCode> {
         let (signer, signers, error, key_ids) = match &result {
             Ok(verified) => (Some(verified.signer), Some(&verified.signers), None, None),
             Err(error) => match error {
+                // Its signature does not verify: the key it names is a claim.
+                SignatureError::Tampered {
+                    signer,
+                    how: Tamper::Signature,
+                } => (None, None, Some(error), Some(vec![signer.to_string()])),
                 SignatureError::Tampered { signer, .. } => (Some(*signer), None, Some(error), None),
-                SignatureError::UnknownKey { key_ids } => (None, None, Some(error), Some(key_ids)),
+                SignatureError::UnknownKey { key_ids } => {
+                    (None, None, Some(error), Some(key_ids.clone()))
+                }
                 _ => (None, None, Some(error), None),
             },
         };
@@ -333,8 +407,12 @@ fn write_new(path: &Path, bytes: &[u8], secret: bool) -> anyhow::Result<()> {
 /// Replaces `path` with `bytes` atomically: readers (and the skills
 /// watcher) see the old file or the new one, never a partial write. The
 /// temporary file is hidden and ends in `.tmp`, so it is never taken for a
-/// skill; an existing file's permissions are kept.
+/// skill; an existing file's permissions are kept. Through a symlink, the
+/// file it points to is replaced and the link kept (a skills directory of
+/// links into a store stays one).
 pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let resolved = fs::canonicalize(path);
+    let path = resolved.as_deref().unwrap_or(path);
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -357,7 +435,9 @@ pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
             file.set_permissions(existing.permissions())?;
         }
         file.sync_all()?;
-        fs::rename(&temp, path)
+        fs::rename(&temp, path)?;
+        // The rename itself survives a crash once the directory is synced.
+        fs::File::open(dir)?.sync_all()
     })();
     if let Err(error) = result {
         let _ = fs::remove_file(&temp);

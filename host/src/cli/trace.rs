@@ -11,6 +11,7 @@ use serde_json::Value;
 use skillhost::agent::{
     AgentEvent, CallOutcome, Caller, Declined, Resolution, RunOutput, SkillPath,
 };
+use skillhost::text;
 
 /// Characters of a result or argument list shown on one trace line.
 const SHOWN_CHARS: usize = 160;
@@ -188,13 +189,13 @@ fn compact(value: &Value) -> String {
     }
 }
 
-/// `text` on one line, at most [`SHOWN_CHARS`] characters.
+/// `text` on one line, at most [`SHOWN_CHARS`] characters, its other
+/// control characters escaped: what a model or a tool said cannot move the
+/// terminal's cursor or forge a line of the trace.
 fn clip(text: &str) -> String {
     let line = text.replace('\n', " ");
-    match line.char_indices().nth(SHOWN_CHARS) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line,
-    }
+    let line = text::escaped(&line, text::OUTSIDE_TEXT_BYTES);
+    text::clip(&line, SHOWN_CHARS)
 }
 
 /// The run's totals, on stderr.

@@ -63,10 +63,23 @@ pub enum SignatureError {
         /// fingerprints; empty when they carry none.
         key_ids: Vec<String>,
     },
-    /// A trusted key signed this file, but the file changed since.
-    #[error("tampered: signed by trusted key {signer}, but {how}")]
+    /// A trusted key signed this file, but the file changed since — or,
+    /// for [`Tamper::Signature`], a signature claims a trusted key and does
+    /// not verify under it (altered, or forged with another key: the two
+    /// cannot be told apart, so neither is said).
+    #[error(
+        "tampered: {}",
+        match how {
+            Tamper::Signature => format!(
+                "a signature claims trusted key {signer}, but does not verify under it (the \
+                 signature section was altered, or the signature made with another key)"
+            ),
+            how => format!("signed by trusted key {signer}, but {how}"),
+        }
+    )]
     Tampered {
-        /// The trusted key whose signature no longer matches.
+        /// The trusted key whose signature no longer matches (for
+        /// [`Tamper::Signature`], the key the signature claims).
         signer: Fingerprint,
         /// What no longer matches.
         how: Tamper,
@@ -111,8 +124,9 @@ pub enum Tamper {
     /// not the one that was signed.
     #[error("the content changed since it was signed")]
     Content,
-    /// The signature or the signed digests in the signature section changed.
-    #[error("the signature section was altered (the signature no longer verifies)")]
+    /// The signature or the signed digests in the signature section changed
+    /// (or the signature was made with another key than the one it names).
+    #[error("the signature does not verify under the key it names")]
     Signature,
     /// The key id stored next to the signature changed.
     #[error("the key id in the signature section was altered")]

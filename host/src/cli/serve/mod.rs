@@ -235,13 +235,6 @@ fn report_trust(policy: &SignaturePolicy) {
             trusted.source().display()
         ));
     }
-    for path in super::sign::writable_by_others(store) {
-        console::warn(&format!(
-            "{} may be written by its group or other users, who could add a key skills are \
-             trusted with (chmod go-w)",
-            path.display()
-        ));
-    }
     if let Some(demo) = super::sign::trusted_demo_key(store) {
         console::warn(&format!(
             "key {demo} is the demo key, whose secret half is published with skillhost: anyone \

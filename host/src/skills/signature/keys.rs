@@ -62,6 +62,16 @@ impl serde::Serialize for Fingerprint {
 #[error("{0}")]
 pub struct InvalidKey(String);
 
+impl InvalidKey {
+    fn secret() -> Self {
+        Self(
+            "holds a secret key, where only public keys belong: move it out of the trust store \
+             (and out of any place others can read), and put its public half here instead"
+                .into(),
+        )
+    }
+}
+
 /// A failure to read, write or assemble keys.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -189,18 +199,27 @@ impl PublicKey {
     /// Parses a public key in any format wasmsign2 reads: raw (`0x01` +
     /// 32 bytes), DER, PEM, or one OpenSSH `ssh-ed25519` line.
     ///
-    /// Refuses files with several OpenSSH keys (one key per file keeps the
-    /// trust store's listing honest) and keys that are not a valid curve
+    /// Refuses files holding a secret key, whatever else they hold (a
+    /// trust store is not kept secret), files with several keys (wasmsign2
+    /// would read the first and drop the rest; one key per file keeps the
+    /// trust store's listing honest), and keys that are not a valid curve
     /// point or have a small order (such keys can never verify anything).
     pub fn parse(data: &[u8]) -> Result<Self, InvalidKey> {
+        if SigningKey::parse(data).is_ok() {
+            return Err(InvalidKey::secret());
+        }
         if let Ok(text) = std::str::from_utf8(data) {
-            let ssh_lines = text
+            if text.contains("PRIVATE KEY") || text.contains("openssh-key-v1") {
+                return Err(InvalidKey::secret());
+            }
+            let keys = text
                 .lines()
-                .filter(|line| line.trim_start().starts_with("ssh-"))
+                .map(str::trim_start)
+                .filter(|line| line.starts_with("ssh-") || line.starts_with("-----BEGIN "))
                 .count();
-            if ssh_lines > 1 {
+            if keys > 1 {
                 return Err(InvalidKey(format!(
-                    "holds {ssh_lines} OpenSSH keys; put one key per file"
+                    "holds {keys} keys; put one key per file"
                 )));
             }
         }
@@ -432,6 +451,13 @@ impl TrustStore {
                             .any(|known| extension == *known)
                     });
                     if !named_as_key {
+                        // `keygen` writes `<name>.key` beside `<name>.pub`.
+                        if SigningKey::load(&entry).is_ok() {
+                            return Err(KeyError::Invalid {
+                                path: entry,
+                                error: InvalidKey::secret(),
+                            });
+                        }
                         return Err(KeyError::NotAKeyName { path: entry });
                     }
                     keys.push(TrustedKey::new(PublicKey::load(&entry)?, entry));

@@ -159,6 +159,11 @@ const MAX_KEY_ID_BYTES: usize = 64;
 /// signatures, each a length-prefixed key id, an algorithm byte and a
 /// length-prefixed signature. Also bounds what costs more than its bytes:
 /// the number of signatures ([`MAX_SIGNATURES`]) and the length of key ids.
+///
+/// Every field must end where its length says, and every signature be
+/// Ed25519: wasmsign2 ignores bytes past a field's end and skips
+/// signatures of other algorithms, so a signed file could otherwise carry
+/// unsigned bytes, and many digests verify as the same signed code.
 pub(super) fn check_signature_fields(data: &[u8]) -> Result<(), SignatureError> {
     let mut section = Fields {
         bytes: data,
@@ -185,12 +190,24 @@ pub(super) fn check_signature_fields(data: &[u8]) -> Result<(), SignatureError> 
                     key_id.bytes.len()
                 )));
             }
-            signature.skip(1, "a signature's algorithm")?;
+            let algorithm = signature.skip(1, "a signature's algorithm")?[0];
+            if algorithm != ED25519_ALGORITHM {
+                return Err(SignatureError::Malformed(format!(
+                    "a signature's algorithm is 0x{algorithm:02x}, not Ed25519 \
+                     (0x{ED25519_ALGORITHM:02x}), the only one verified"
+                )));
+            }
             signature.nested("a signature's bytes")?;
+            signature.end("a signature")?;
         }
+        set.end("a signed-hash set")?;
     }
-    Ok(())
+    section.end("data")
 }
+
+/// The algorithm byte of an Ed25519 signature (wasmsign2's `ED25519_PK_ID`,
+/// not exported).
+const ED25519_ALGORITHM: u8 = 0x01;
 
 /// A signature section's fields being read ([`check_signature_fields`]).
 struct Fields<'a> {
@@ -221,6 +238,16 @@ impl<'a> Fields<'a> {
         let field = &self.bytes[self.pos..self.pos + len];
         self.pos += len;
         Ok(field)
+    }
+
+    /// Checks that the field was read to its end.
+    fn end(&self, what: &str) -> Result<(), SignatureError> {
+        match self.bytes.len() - self.pos {
+            0 => Ok(()),
+            extra => Err(SignatureError::Malformed(format!(
+                "the signature section's {what} has {extra} bytes past its last field"
+            ))),
+        }
     }
 
     /// A length-prefixed field, to be read in turn.

@@ -697,6 +697,12 @@ fn framing_errors_say_which() {
 
 /// `signed` with its signature section's payload replaced by `data`.
 fn with_signature_data(signed: &[u8], data: &wasmsign2::SignatureData) -> Vec<u8> {
+    with_signature_bytes(signed, &data.serialize().unwrap())
+}
+
+/// `signed` with its signature section's payload (after the name) replaced
+/// by `data`.
+fn with_signature_bytes(signed: &[u8], data: &[u8]) -> Vec<u8> {
     fn leb(mut value: usize, out: &mut Vec<u8>) {
         loop {
             let byte = (value & 0x7f) as u8;
@@ -711,7 +717,7 @@ fn with_signature_data(signed: &[u8], data: &wasmsign2::SignatureData) -> Vec<u8
     let mut payload = Vec::new();
     leb(layout::SIGNATURE_SECTION.len(), &mut payload);
     payload.extend_from_slice(layout::SIGNATURE_SECTION.as_bytes());
-    payload.extend_from_slice(&data.serialize().unwrap());
+    payload.extend_from_slice(data);
     let mut out = signed[..layout::PREAMBLE_LEN].to_vec();
     out.push(0x00);
     leb(payload.len(), &mut out);
@@ -754,4 +760,97 @@ fn signatures_are_bounded_in_number_and_key_ids_in_length() {
         .unwrap_err();
     assert_eq!(error.kind(), "malformed", "{error}");
     assert!(error.to_string().contains("65 bytes long"), "{error}");
+}
+
+/// wasmsign2 reads past neither: bytes after a section's last field, and
+/// signatures of an algorithm it does not know, which it skips. Accepted,
+/// a signed file could carry unsigned bytes and have many digests.
+#[test]
+fn bytes_past_the_signature_fields_and_other_algorithms_are_malformed() {
+    let key = SigningKey::generate();
+    let trust = store(&[&key]);
+    let signed = key.sign(&component()).unwrap();
+    let payload = layout::scan(&signed).unwrap().signature.unwrap();
+    let mut padded = signed[payload.clone()].to_vec();
+    padded.extend_from_slice(b"HIDDEN PAYLOAD");
+    let error = trust
+        .verify(&with_signature_bytes(&signed, &padded))
+        .unwrap_err();
+    assert_eq!(error.kind(), "malformed", "{error}");
+    assert!(
+        error.to_string().contains("14 bytes past its last field"),
+        "{error}"
+    );
+
+    let mut data = wasmsign2::SignatureData::deserialize(&signed[payload]).unwrap();
+    let mut other = data.signed_hashes_set[0].signatures[0].clone();
+    other.alg_id = 0x02;
+    data.signed_hashes_set[0].signatures.push(other);
+    let error = trust
+        .verify(&with_signature_data(&signed, &data))
+        .unwrap_err();
+    assert_eq!(error.kind(), "malformed", "{error}");
+    assert!(error.to_string().contains("algorithm is 0x02"), "{error}");
+}
+
+/// A trust store is not kept secret: a secret key in it is an error,
+/// whatever file it is in, and so is a file of several keys, of which
+/// wasmsign2 would read only the first.
+#[test]
+fn secret_keys_and_files_of_several_keys_are_refused_in_the_trust_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = SigningKey::generate();
+    let other = SigningKey::generate();
+    let public_pem = key.public_key().inner.to_pem();
+    let cases = [
+        (
+            "pair.pem",
+            format!("{}{public_pem}", key.secret.to_pem()).into_bytes(),
+            "holds a secret key",
+        ),
+        ("demo.key", key.to_bytes(), "holds a secret key"),
+        (
+            "two.pem",
+            format!("{}{public_pem}", other.public_key().inner.to_pem()).into_bytes(),
+            "holds 2 keys",
+        ),
+    ];
+    for (name, content, says) in cases {
+        let trusted = dir.path().join(name.replace('.', "-"));
+        std::fs::create_dir(&trusted).unwrap();
+        std::fs::write(trusted.join(name), content).unwrap();
+        let error = TrustStore::load(&[&trusted]).unwrap_err();
+        assert!(
+            matches!(&error, KeyError::Invalid { path, .. } if path.ends_with(name)),
+            "{name}: {error}"
+        );
+        assert!(error.to_string().contains(says), "{name}: {error}");
+    }
+}
+
+/// A signature made with another key but naming a trusted one is not said
+/// to be that key's: it only claims it.
+#[test]
+fn a_signature_naming_a_trusted_key_it_was_not_made_with_only_claims_it() {
+    let trusted = SigningKey::generate();
+    let forger = SigningKey::generate();
+    let signed = forger.sign(&component()).unwrap();
+    let payload = layout::scan(&signed).unwrap().signature.unwrap();
+    let mut data = wasmsign2::SignatureData::deserialize(&signed[payload]).unwrap();
+    data.signed_hashes_set[0].signatures[0].key_id = Some(trusted.public_key().key_id().to_vec());
+    let error = store(&[&trusted])
+        .verify(&with_signature_data(&signed, &data))
+        .unwrap_err();
+    assert_eq!(
+        error,
+        SignatureError::Tampered {
+            signer: trusted.public_key().fingerprint(),
+            how: Tamper::Signature
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("claims trusted key") && !message.contains("signed by"),
+        "{message}"
+    );
 }
