@@ -158,8 +158,9 @@ impl Collector for InstanceSlotsCollector {
     }
 }
 
-/// The metrics of one host. Cheap to share (`Arc`); recording is lock-free
-/// once a label set has been seen.
+/// The metrics of one host, shared by all its clones
+/// ([`SkillHost::metrics`](super::SkillHost::metrics)); recording is
+/// lock-free once a label set has been seen.
 pub struct HostMetrics {
     registry: Registry,
     invocations: Family<SkillOutcome, Counter>,

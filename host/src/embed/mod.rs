@@ -25,7 +25,8 @@
 //! let finished = run.finish_with(|_pending| Decision::Approve).await;
 //! println!("{:?}", finished.result?.outcome);
 //!
-//! // Or watch everything the host does, from another task.
+//! // Or watch everything the host does: a loop that lasts as long as the
+//! // host, so in an application it gets a task of its own.
 //! let mut events = host.subscribe();
 //! while let Ok(event) = events.recv().await {
 //!     println!("{}", serde_json::to_string(&event)?);
@@ -471,6 +472,8 @@ impl SkillHost {
 /// [`SkillHost::health`]: the body of the gateway's `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Health {
+    /// `ok`, or `degraded` while [`Health::problems`] names something the
+    /// host does not serve.
     pub status: HealthStatus,
     /// Skills loaded.
     pub skills: usize,
