@@ -13,8 +13,9 @@ use skillhost::skills::signature::{
     Fingerprint, KeyError, PublicKey, SignatureError, SigningKey, Tamper, TrustStore,
 };
 
-/// The trust store of the default (demo) configuration: only the keys in
 use super::console;
+
+/// The trust store of the default (demo) configuration: only the keys in
 /// `keys/trusted/`, relative to the working directory (the repository root
 /// in the demo), which holds the demo key that signs the bundled skills.
 pub const DEFAULT_TRUST: &str = "keys/trusted";
@@ -44,9 +45,8 @@ pub(super) fn open_to_others(store: &TrustStore) -> Vec<(PathBuf, Exposure)> {
     let mut open = Vec::new();
     for trusted in store.keys() {
         let file = trusted.source().to_owned();
-        let target = fs::canonicalize(&file)
-            .ok()
-            .filter(|target| *target != file);
+        let linked = fs::symlink_metadata(&file).is_ok_and(|meta| meta.is_symlink());
+        let target = linked.then(|| fs::canonicalize(&file).ok()).flatten();
         for file in [Some(file), target].into_iter().flatten() {
             let dir = match file.parent() {
                 Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
