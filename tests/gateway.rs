@@ -11,7 +11,8 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use skillhost::embed::SkillHost;
+use skillhost::agent::Resolution;
+use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
@@ -27,6 +28,8 @@ use crate::support::scripted_llm::{ScriptedLlm, Step};
 struct Served {
     base: String,
     http: reqwest::Client,
+    /// The host the gateway serves, as its embedder holds it.
+    host: SkillHost,
     db: Arc<DemoDb>,
     dir: TempDir,
     stop: Option<oneshot::Sender<()>>,
@@ -89,7 +92,7 @@ impl Served {
         let host = builder.build().await.expect("building the host");
         let failures: Vec<_> = host.snapshot().failures().cloned().collect();
         assert!(failures.is_empty(), "skills failed to load: {failures:?}");
-        let gateway = Gateway::new(host, setup.config);
+        let gateway = Gateway::new(host.clone(), setup.config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a loopback port");
@@ -105,6 +108,7 @@ impl Served {
         Self {
             base,
             http: reqwest::Client::new(),
+            host,
             db,
             dir,
             stop: Some(stop),
@@ -326,6 +330,98 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
     let (status, again) = served.approve(&confirmation).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     error_of(&again, "confirmation_not_found");
+}
+
+#[tokio::test]
+async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_there_again() {
+    const DONE: &str = "Refunded, and a ticket is open for the broken vacuum.";
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::tool_call(
+            "submit_ticket",
+            json!({"subject": "Broken vacuum", "description": "refunded", "order_id": "88231"}),
+        ),
+        Step::text(DONE),
+    ])
+    .await;
+    // A write of article 000 that no skill absorbs: the main agent calls it.
+    let ticket_db = Arc::new(DemoDb::in_memory().expect("a second shop"));
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: article_000_tools(ticket_db.clone())
+            .into_iter()
+            .filter(|tool| tool.spec().name == "submit_ticket")
+            .collect(),
+        ..Setup::default()
+    })
+    .await;
+    let (status, pending) = served.chat(REFUND_REQUEST).await;
+    assert_eq!(status, StatusCode::OK, "{pending:#}");
+    let refund = pending_confirmation(&pending);
+
+    // The embedder answers in its own code; the run the gateway parked goes
+    // on and waits for the ticket's approval, parked again.
+    served
+        .host
+        .approve(refund["id"].as_str().unwrap())
+        .expect("approved through the library");
+    let waiting = wait_for(&served, "/v1/confirmations", |waiting| {
+        waiting["data"][0]["tool"] == "submit_ticket"
+    })
+    .await;
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+
+    // Answered at the gateway, it is driven to its end by that request.
+    let id = waiting["data"][0]["id"].as_str().unwrap();
+    let (status, done) = served
+        .post(
+            &format!("/v1/confirmations/{id}"),
+            json!({"decision": "approve"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(done["id"], pending["id"], "the same chat's completion");
+    assert_eq!(done["choices"][0]["message"]["content"], DONE);
+    assert_eq!(llm.remaining(), 0);
+}
+
+#[tokio::test]
+async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
+    let served = Served::start(Setup::default()).await;
+    let mut events = served.host.subscribe();
+    let run = served
+        .host
+        .invoke(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .expect("started");
+    let pending = loop {
+        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
+            break pending;
+        }
+    };
+    run.abort();
+    let resolution = loop {
+        if let HostEvent::ConfirmationResolved { id, resolution, .. } = events.recv().await.unwrap()
+        {
+            assert_eq!(id, pending.id);
+            break resolution;
+        }
+    };
+    assert_eq!(resolution, Resolution::Withdrawn);
+    assert!(served.host.confirmations().pending().is_empty());
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    // The counters balance: nothing is counted as still waiting.
+    let metrics = served.host.metrics().encode();
+    let series = |resolution: &str| {
+        counter(
+            &metrics,
+            &format!("skillhost_confirmations_total{{resolution=\"{resolution}\"}}"),
+        )
+    };
+    assert_eq!(series("pending"), 1.0, "{metrics}");
+    assert_eq!(series("withdrawn"), 1.0, "{metrics}");
 }
 
 #[tokio::test]

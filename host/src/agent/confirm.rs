@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Serialize, Serializer};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
@@ -67,6 +67,9 @@ enum Answer {
 struct Slot {
     pending: PendingConfirmation,
     answer: oneshot::Sender<Answer>,
+    /// Set when an answer removes the slot; dropped with it however it
+    /// goes (see [`ConfirmationWatch`]).
+    answered: watch::Sender<bool>,
 }
 
 /// The pending confirmations of all runs of one agent. Cheap to clone;
@@ -103,6 +106,14 @@ impl Confirmations {
         self.lock().contains_key(id)
     }
 
+    /// A watch on the confirmation `id`, if it is waiting: it tells when the
+    /// confirmation stops waiting, and whether an answer ended it.
+    pub fn watch(&self, id: &str) -> Option<ConfirmationWatch> {
+        self.lock()
+            .get(id)
+            .map(|slot| ConfirmationWatch(slot.answered.subscribe()))
+    }
+
     /// Every waiting confirmation, soonest to expire first.
     pub fn pending(&self) -> Vec<PendingConfirmation> {
         let mut pending: Vec<_> = self
@@ -119,6 +130,7 @@ impl Confirmations {
         let Slot {
             pending,
             answer: to,
+            answered,
         } = slots
             .remove(id)
             .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
@@ -126,6 +138,9 @@ impl Confirmations {
         // gone then always finds the answer (see `Ticket::resolution`), so
         // an answer reported accepted is the one the call gets.
         let sent = to.send(answer);
+        if sent.is_ok() {
+            answered.send_replace(true);
+        }
         drop(slots);
         // A closed receiver means the run is gone: nothing was approved.
         sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
@@ -159,6 +174,7 @@ impl Confirmations {
             Slot {
                 pending: pending.clone(),
                 answer,
+                answered: watch::Sender::new(false),
             },
         );
         Ticket {
@@ -173,6 +189,20 @@ impl Confirmations {
         // The map is consistent after every statement; a panic elsewhere
         // cannot leave it half-updated.
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Tells when one confirmation stops waiting ([`Confirmations::watch`]).
+pub struct ConfirmationWatch(watch::Receiver<bool>);
+
+impl ConfirmationWatch {
+    /// Waits until the confirmation no longer waits, wherever it was
+    /// answered; `true` when an answer (approval or rejection) ended it,
+    /// `false` when it expired or its run withdrew it.
+    pub async fn answered(mut self) -> bool {
+        // The sender goes with the slot: `true` is set before an answer
+        // drops it, and `wait_for` looks at the last value before it fails.
+        self.0.wait_for(|answered| *answered).await.is_ok()
     }
 }
 
@@ -375,6 +405,26 @@ mod tests {
         assert_eq!(ticket.expiry, MAX_EXPIRY);
         let json = serde_json::to_value(ticket.pending()).unwrap();
         assert!(json["expires_at"].is_string(), "{json}");
+    }
+
+    #[tokio::test]
+    async fn a_watch_tells_an_answer_from_an_expiry_or_a_withdrawal() {
+        let store = Confirmations::default();
+        let approved = open(&store, Duration::from_secs(60));
+        let watch = store.watch(approved.pending().id.as_str()).unwrap();
+        store.approve(approved.pending().id.as_str()).unwrap();
+        assert!(watch.answered().await);
+        assert!(store.watch(approved.pending().id.as_str()).is_none());
+
+        let expiring = open(&store, Duration::from_millis(20));
+        let watch = store.watch(expiring.pending().id.as_str()).unwrap();
+        expiring.resolution().await;
+        assert!(!watch.answered().await);
+
+        let withdrawn = open(&store, Duration::from_secs(60));
+        let watch = store.watch(withdrawn.pending().id.as_str()).unwrap();
+        drop(withdrawn);
+        assert!(!watch.answered().await);
     }
 
     #[test]

@@ -53,22 +53,32 @@ pub enum SkillPath {
 
 /// How a person's confirmation ended. Serialized flat, as one object with
 /// a `decision`: `{"decision": "approved"}`, `{"decision": "rejected",
-/// "reason": …}` or `{"decision": "expired", "after": <ms>}`.
+/// "reason": …}`, `{"decision": "expired", "after": <ms>}` or
+/// `{"decision": "withdrawn"}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Approved: the call ran with the arguments shown.
     Approved,
     /// Rejected or expired: the call did not run.
     Declined(Declined),
+    /// The run ended while the confirmation waited (it was aborted, or its
+    /// holder went away): the call did not run, and there is nobody left
+    /// to tell.
+    Withdrawn,
 }
 
 impl Serialize for Resolution {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         match self {
-            Self::Approved => {
+            Self::Approved | Self::Withdrawn => {
                 let mut map = serializer.serialize_map(Some(1))?;
-                map.serialize_entry("decision", "approved")?;
+                let decision = if *self == Self::Approved {
+                    "approved"
+                } else {
+                    "withdrawn"
+                };
+                map.serialize_entry("decision", decision)?;
                 map.end()
             }
             Self::Declined(declined) => declined.serialize(serializer),
@@ -263,7 +273,9 @@ pub enum AgentEvent {
     /// [`Confirmations::approve`](super::Confirmations::approve) or
     /// [`Confirmations::reject`](super::Confirmations::reject).
     ConfirmationPending(PendingConfirmation),
-    /// A pending confirmation was answered or expired.
+    /// A pending confirmation was answered or expired, or withdrawn when
+    /// the run ended while it waited: every
+    /// [`AgentEvent::ConfirmationPending`] gets one.
     ConfirmationResolved {
         /// Its id.
         id: ConfirmationId,
@@ -324,6 +336,7 @@ mod tests {
                 }),
                 json!({"decision": "expired", "after": 3000}),
             ),
+            (Resolution::Withdrawn, json!({"decision": "withdrawn"})),
         ];
         for (resolution, shape) in shapes {
             assert_eq!(json!(resolution), shape);

@@ -32,7 +32,8 @@
 //! CLI prompt, an HTTP `POST /v1/confirmations/{id}`). The arguments never
 //! leave the run, so an approver cannot change them; an unanswered
 //! confirmation expires as a rejection; a rejection is reported to the
-//! model as the call's result, and the model answers accordingly.
+//! model as the call's result, and the model answers accordingly. A run
+//! dropped while it waits reports the confirmation withdrawn.
 //!
 //! # Invariants
 //!
@@ -70,7 +71,9 @@ pub mod llm;
 pub mod tokens;
 
 pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT, UnknownPolicyTool};
-pub use confirm::{ConfirmError, ConfirmationId, Confirmations, MAX_EXPIRY, PendingConfirmation};
+pub use confirm::{
+    ConfirmError, ConfirmationId, ConfirmationWatch, Confirmations, MAX_EXPIRY, PendingConfirmation,
+};
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
 pub use run::{

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::AgentError;
 use super::catalog::Catalog;
-use super::confirm::{Confirmations, PendingConfirmation};
+use super::confirm::{ConfirmationId, Confirmations, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
@@ -251,6 +251,39 @@ impl CallOutcome {
     }
 }
 
+/// A confirmation its run waits on: reported resolved with its answer
+/// ([`Awaiting::resolved`]), or withdrawn when the run is dropped while it
+/// waits (aborted, or its task ended by a panic), so that every pending
+/// confirmation's watchers see it end.
+struct Awaiting<'a> {
+    run: &'a RunContext,
+    /// Taken when the resolution is reported.
+    id: Option<ConfirmationId>,
+    tool: &'a str,
+}
+
+impl Awaiting<'_> {
+    fn resolved(mut self, resolution: Resolution) {
+        self.report(resolution);
+    }
+
+    fn report(&mut self, resolution: Resolution) {
+        if let Some(id) = self.id.take() {
+            self.run.emit(AgentEvent::ConfirmationResolved {
+                id,
+                tool: self.tool.to_owned(),
+                resolution,
+            });
+        }
+    }
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        self.report(Resolution::Withdrawn);
+    }
+}
+
 /// Sees each event of one run as it is emitted, before the run's reader
 /// does. Runs on the emitting task: keep it short and never block.
 pub type RunTracker = Box<dyn FnMut(&AgentEvent) + Send>;
@@ -464,15 +497,15 @@ impl RunContext {
                 arguments.clone(),
                 policy.expiry,
             );
-            let id = ticket.pending().id.clone();
             self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
+            let waiting = Awaiting {
+                run: self,
+                id: Some(ticket.pending().id.clone()),
+                tool,
+            };
             let resolution = ticket.resolution().await;
             span.confirmed(resolution == Resolution::Approved);
-            self.emit(AgentEvent::ConfirmationResolved {
-                id,
-                tool: tool.to_owned(),
-                resolution: resolution.clone(),
-            });
+            waiting.resolved(resolution.clone());
             if let Resolution::Declined(why) = resolution {
                 self.declined_calls().push((tool.to_owned(), why.clone()));
                 return Err(CallError::Declined(why));

@@ -100,6 +100,7 @@ impl Trace {
                     Resolution::Declined(Declined::Expired { after }) => {
                         format!("expired after {after:?}")
                     }
+                    Resolution::Withdrawn => "withdrawn".to_owned(),
                 };
                 eprintln!("      confirmation {id} ({tool}): {how}");
             }

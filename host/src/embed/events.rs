@@ -39,7 +39,8 @@ pub enum HostEvent {
     Invocation(Invocation),
     /// A run waits for a person's approval of a call.
     ConfirmationPending(PendingConfirmation),
-    /// A pending confirmation was answered or expired.
+    /// A pending confirmation was answered, expired, or was withdrawn by
+    /// its run's end: every pending one gets one.
     ConfirmationResolved {
         /// The confirmation.
         id: ConfirmationId,

@@ -14,7 +14,7 @@
 //! | `skillhost_errors_total` | `kind` (`skill_failed`, `tool_failed`, `tool_refused`) | failures inside runs |
 //! | `skillhost_llm_calls_total` | `caller` (`main`, `skill`) | LLM calls that returned |
 //! | `skillhost_llm_tokens_total` | `type` (`prompt`, `completion`) | tokens the LLM server counted |
-//! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`) | confirmations opened and how they ended |
+//! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`, `withdrawn`) | confirmations opened (`pending`) and how each ended: `pending` minus the others is how many wait now |
 //! | `skillhost_reloads_total` | `outcome` (`loaded`, `restored`, `unloaded`, `rejected`) | changes to the skills directory |
 //! | `skillhost_skills_loaded` | | skills serving now |
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
@@ -360,6 +360,7 @@ impl HostMetrics {
             Resolution::Approved => "approved",
             Resolution::Declined(Declined::Rejected { .. }) => "rejected",
             Resolution::Declined(Declined::Expired { .. }) => "expired",
+            Resolution::Withdrawn => "withdrawn",
         });
     }
 

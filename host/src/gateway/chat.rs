@@ -94,8 +94,7 @@ pub async fn answer_confirmation(
     mount: Mount,
     ApiJson(answer): ApiJson<Answer>,
 ) -> Result<Response, ApiError> {
-    // Expired or answered elsewhere in the meantime: a run parked under it
-    // stays until its expiry.
+    // Answered elsewhere in the meantime: the parking drives its run on.
     let (confirmation, parked) = state
         .parking
         .answer(&id, || match answer.decision {

@@ -3,16 +3,20 @@
 //! A request drives its run until the run ends or waits for a person. A run
 //! that waits is *parked* under its confirmation's id, and the request that
 //! answers that confirmation (`POST /v1/confirmations/{id}`) takes it back
-//! and drives it on. A run nobody holds any more — its request timed out,
-//! its streaming client went away — is aborted, so it spends no more tokens
-//! and withdraws its confirmations.
+//! and drives it on. A parked run whose confirmation is answered outside the
+//! gateway (an embedder's [`SkillHost::approve`](crate::embed::SkillHost::approve))
+//! is driven on by the parking itself, and parked again at its next
+//! confirmation. A run nobody holds any more — its request timed out, its
+//! streaming client went away, its confirmation expired while parked — is
+//! aborted, so it spends no more tokens and withdraws its confirmations.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, SystemTime};
 
 use crate::agent::llm::Usage;
-use crate::agent::{AgentError, AgentEvent, Confirmations, PendingConfirmation, RunHandle, RunId};
+use crate::agent::{
+    AgentError, AgentEvent, ConfirmationWatch, Confirmations, PendingConfirmation, RunHandle, RunId,
+};
 use crate::skills::SkillVersion;
 
 use axum::http::StatusCode;
@@ -23,7 +27,8 @@ use super::errors::{ApiError, ErrorType};
 use super::openai::CompletionMeta;
 
 /// A run the gateway drives; aborted when dropped while it still runs,
-/// unless a person's answer resumed it ([`OwnedRun::outlive_its_request`]).
+/// unless a person's answer resumed it ([`OwnedRun::outlive_its_request`])
+/// and it has not waited for another since ([`OwnedRun::abort_when_dropped`]).
 pub struct OwnedRun<T: Send + 'static> {
     handle: Option<RunHandle<T>>,
     /// Tokens of the run so far (see [`OwnedRun::usage`]), from its usage
@@ -122,6 +127,12 @@ impl<T: Send + 'static> OwnedRun<T> {
     fn outlive_its_request(&mut self) {
         self.abort_on_drop = false;
     }
+
+    /// Makes the run stop when dropped again: it waits for the next
+    /// answer, and a run dropped unanswered is one nobody can take back.
+    fn abort_when_dropped(&mut self) {
+        self.abort_on_drop = true;
+    }
 }
 
 impl<T: Send + 'static> Drop for OwnedRun<T> {
@@ -186,6 +197,9 @@ pub trait Resumable: Into<Parked> {
     /// The run, resumed by an answer: it goes on to its end even if the
     /// request driving it goes away.
     fn answered(self) -> Self;
+
+    /// The run, waiting for an answer again: dropped, it is aborted.
+    fn waiting(self) -> Self;
 }
 
 impl Resumable for ChatRun {
@@ -193,11 +207,21 @@ impl Resumable for ChatRun {
         self.run.outlive_its_request();
         self
     }
+
+    fn waiting(mut self) -> Self {
+        self.run.abort_when_dropped();
+        self
+    }
 }
 
 impl Resumable for InvokeRun {
     fn answered(mut self) -> Self {
         self.run.outlive_its_request();
+        self
+    }
+
+    fn waiting(mut self) -> Self {
+        self.run.abort_when_dropped();
         self
     }
 }
@@ -208,6 +232,46 @@ impl Parked {
         match self {
             Self::Chat(chat) => Self::Chat(chat.answered()),
             Self::Invoke(invoke) => Self::Invoke(invoke.answered()),
+        }
+    }
+}
+
+/// A parked run the parking can drive on by itself, when its confirmation
+/// is answered outside the gateway.
+pub trait Resume: Send + Sized + 'static {
+    /// Drives the run on, answered, to its end (`None`: its result goes to
+    /// nobody; its events went to the host's observers) or to its next
+    /// confirmation, where it waits again.
+    fn resume(self) -> impl Future<Output = Option<(PendingConfirmation, Self)>> + Send;
+}
+
+impl Resume for Parked {
+    async fn resume(self) -> Option<(PendingConfirmation, Self)> {
+        match self.answered() {
+            Self::Chat(ChatRun { run, meta }) => {
+                let (pending, run) = next_confirmation(run).await?;
+                Some((pending, ChatRun { run, meta }.waiting().into()))
+            }
+            Self::Invoke(InvokeRun { run, skill }) => {
+                let (pending, run) = next_confirmation(run).await?;
+                Some((pending, InvokeRun { run, skill }.waiting().into()))
+            }
+        }
+    }
+}
+
+/// Drives `run` to its next confirmation, or to its end (`None`).
+async fn next_confirmation<T: Send + 'static>(
+    run: OwnedRun<T>,
+) -> Option<(PendingConfirmation, OwnedRun<T>)> {
+    let id = run.id().cloned();
+    match run.settle().await {
+        Progress::Pending { run, pending } => Some((pending, run)),
+        Progress::Finished { result, .. } => {
+            if let (Some(run), Err(error)) = (id, result) {
+                tracing::info!(%run, %error, "a run answered outside the gateway failed");
+            }
+            None
         }
     }
 }
@@ -223,10 +287,11 @@ pub enum NotParked<R> {
     Answered(R),
 }
 
-/// A parked run and the timer that drops it once its confirmation expired.
+/// A parked run and the task that follows its confirmation (see
+/// [`follow`]).
 struct Entry<R> {
     run: R,
-    expiry: AbortHandle,
+    follower: AbortHandle,
 }
 
 /// Parked runs by confirmation id, at most `capacity`
@@ -238,7 +303,7 @@ pub struct Parking<R = Parked> {
     capacity: usize,
 }
 
-impl<R: Send + 'static> Parking<R> {
+impl<R: Resume> Parking<R> {
     pub fn new(capacity: usize) -> Self {
         Self {
             runs: Mutex::default(),
@@ -248,8 +313,10 @@ impl<R: Send + 'static> Parking<R> {
 
     /// Parks `run` until `pending` is answered. When the parking is full,
     /// `run` is dropped: aborted, its confirmation withdrawn. When `pending`
-    /// is no longer waiting, `run` is handed back. A parked run that no
-    /// answer took is dropped once its confirmation expired.
+    /// is no longer waiting, `run` is handed back. A parked run is taken out
+    /// by the answer's request ([`Parking::answer`]); when the answer comes
+    /// from outside the gateway, the parking drives the run on itself; when
+    /// the confirmation expires or is withdrawn, the run is dropped.
     pub fn park<Q: Into<R>>(
         self: &Arc<Self>,
         pending: &PendingConfirmation,
@@ -259,17 +326,17 @@ impl<R: Send + 'static> Parking<R> {
         let id = pending.id.to_string();
         let mut runs = self.lock();
         // Under the lock `answer` answers in: an answer is either before
-        // this check, or finds the run parked.
-        if !confirmations.is_pending(&id) {
+        // this look, or finds the run parked.
+        let Some(watch) = confirmations.watch(&id) else {
             return Err(NotParked::Answered(run));
-        }
+        };
         if runs.len() >= self.capacity {
             return Err(NotParked::Full);
         }
-        let expiry = tokio::spawn(drop_when_expired(
+        let follower = tokio::spawn(follow(
             Arc::downgrade(self),
             id.clone(),
-            pending.expires_at,
+            watch,
             confirmations.clone(),
         ))
         .abort_handle();
@@ -277,7 +344,7 @@ impl<R: Send + 'static> Parking<R> {
             id,
             Entry {
                 run: run.into(),
-                expiry,
+                follower,
             },
         );
         Ok(())
@@ -285,9 +352,7 @@ impl<R: Send + 'static> Parking<R> {
 
     /// Answers the confirmation `id` with `answer` and takes the run parked
     /// under it, in one step: of two answers racing, the one that answers
-    /// gets the run. When the confirmation can no longer be answered, a run
-    /// parked under it stays until its expiry timer drops it (it may be
-    /// carrying out an answer given through the library meanwhile).
+    /// gets the run.
     pub fn answer<T, E>(
         &self,
         id: &str,
@@ -296,10 +361,31 @@ impl<R: Send + 'static> Parking<R> {
         let mut runs = self.lock();
         let answered = answer()?;
         let parked = runs.remove(id).map(|entry| {
-            entry.expiry.abort();
+            entry.follower.abort();
             entry.run
         });
         Ok((answered, parked))
+    }
+
+    /// Drives on `run`, answered outside the gateway, parking it again at
+    /// each confirmation it reaches until one is left to wait.
+    async fn drive_on(self: &Arc<Self>, mut run: R, confirmations: &Confirmations) {
+        while let Some((pending, waiting)) = run.resume().await {
+            match self.park(&pending, waiting, confirmations) {
+                Ok(()) => return,
+                Err(NotParked::Answered(answered)) => run = answered,
+                Err(NotParked::Full) => {
+                    tracing::warn!(
+                        run = %pending.run,
+                        confirmation = %pending.id,
+                        capacity = self.capacity,
+                        "a run answered outside the gateway reached another confirmation with \
+                         the parking full (max_parked_runs); it was aborted"
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
@@ -307,28 +393,27 @@ impl<R: Send + 'static> Parking<R> {
     }
 }
 
-/// Drops the run parked under `id` once its confirmation has expired (looking
-/// again later if the wall clock stepped back), unless an answer took it.
-async fn drop_when_expired<R: Send + 'static>(
+/// Follows the confirmation `id` of a parked run until it stops waiting
+/// without [`Parking::answer`] (which stops this first): answered outside
+/// the gateway, the run is taken out and driven on; expired or withdrawn,
+/// it is dropped (aborted: nobody can take it back).
+async fn follow<R: Resume>(
     parking: Weak<Parking<R>>,
     id: String,
-    expires_at: SystemTime,
+    watch: ConfirmationWatch,
     confirmations: Confirmations,
 ) {
-    loop {
-        let left = expires_at
-            .duration_since(SystemTime::now())
-            .unwrap_or_default();
-        tokio::time::sleep(left + EXPIRY_GRACE).await;
-        let Some(parking) = parking.upgrade() else {
-            return;
-        };
-        if !confirmations.is_pending(&id) {
-            // Dropped outside the lock: aborting takes other locks.
-            let expired = parking.lock().remove(&id);
-            drop(expired);
-            return;
-        }
+    let answered = watch.answered().await;
+    let Some(parking) = parking.upgrade() else {
+        return;
+    };
+    // Taken out under the lock, dropped or driven outside it: aborting and
+    // parking again take it.
+    let Some(entry) = parking.lock().remove(&id) else {
+        return;
+    };
+    if answered {
+        parking.drive_on(entry.run, &confirmations).await;
     }
 }
 
@@ -344,7 +429,10 @@ pub fn park<Q: Resumable>(
     pending: &PendingConfirmation,
     run: Q,
 ) -> Result<Option<Q>, ApiError> {
-    match state.parking.park(pending, run, state.host.confirmations()) {
+    match state
+        .parking
+        .park(pending, run.waiting(), state.host.confirmations())
+    {
         Ok(()) => Ok(None),
         Err(NotParked::Answered(run)) => Ok(Some(run.answered())),
         Err(NotParked::Full) => Err(ApiError::new(
@@ -361,31 +449,61 @@ pub fn park<Q: Resumable>(
     }
 }
 
-/// Time after a confirmation's expiry before its parked run is dropped: the
-/// run's own expiry timer declines the call first.
-const EXPIRY_GRACE: Duration = Duration::from_secs(1);
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
 
     use serde_json::json;
 
     use super::*;
     use crate::agent::Caller;
 
-    /// A run that records being dropped (which aborts a real one).
-    struct Run(Arc<AtomicBool>);
+    /// A run that records being dropped (which aborts a real one) and
+    /// being resumed (after which it ends).
+    struct Run {
+        dropped: Arc<AtomicBool>,
+        resumed: Arc<AtomicBool>,
+    }
 
     impl Drop for Run {
         fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
+            self.dropped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    impl Resume for Run {
+        async fn resume(self) -> Option<(PendingConfirmation, Self)> {
+            self.resumed.store(true, Ordering::SeqCst);
+            None
         }
     }
 
     fn run() -> (Run, Arc<AtomicBool>) {
+        let (run, dropped, _) = watched_run();
+        (run, dropped)
+    }
+
+    /// A run, whether it was dropped, whether it was resumed.
+    fn watched_run() -> (Run, Arc<AtomicBool>, Arc<AtomicBool>) {
         let dropped = Arc::new(AtomicBool::new(false));
-        (Run(dropped.clone()), dropped)
+        let resumed = Arc::new(AtomicBool::new(false));
+        let run = Run {
+            dropped: dropped.clone(),
+            resumed: resumed.clone(),
+        };
+        (run, dropped, resumed)
+    }
+
+    /// Waits (a few seconds at most) for `flag` to be set.
+    async fn set(flag: &AtomicBool) -> bool {
+        for _ in 0..100 {
+            if flag.load(Ordering::SeqCst) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
     }
 
     /// Opens a confirmation that expires after `expiry`; it waits for as
@@ -436,11 +554,10 @@ mod tests {
         let confirmations = Confirmations::default();
         let parking = Arc::new(Parking::<Run>::new(2));
         let (_first_ticket, first) = open(&confirmations, MINUTE);
-        // Expires at once; its run is dropped after the grace.
-        let (second_ticket, second) = open(&confirmations, Duration::ZERO);
+        let (second_ticket, second) = open(&confirmations, MINUTE);
         let (_third_ticket, third) = open(&confirmations, MINUTE);
         let (first_run, first_dropped) = run();
-        let (second_run, second_dropped) = run();
+        let (second_run, second_dropped, second_resumed) = watched_run();
         let (third_run, third_dropped) = run();
 
         assert!(parking.park(&first, first_run, &confirmations).is_ok());
@@ -466,14 +583,30 @@ mod tests {
                 .is_err()
         );
 
-        // The second expired unanswered (its run's own timer withdraws it):
-        // past the grace, its run is dropped; the taken one's timer was
-        // stopped with the answer.
+        // The second is withdrawn, as its expiry or its run's end does: its
+        // run is dropped, not resumed.
         drop(second_ticket);
-        tokio::time::sleep(EXPIRY_GRACE + Duration::from_millis(200)).await;
-        assert!(second_dropped.load(Ordering::SeqCst));
+        assert!(set(&second_dropped).await, "an expired run is dropped");
+        assert!(!second_resumed.load(Ordering::SeqCst));
         assert!(parking.lock().is_empty());
         assert!(!first_dropped.load(Ordering::SeqCst));
         drop(taken);
+    }
+
+    #[tokio::test]
+    async fn a_run_answered_outside_the_gateway_is_taken_out_and_driven_on() {
+        let confirmations = Confirmations::default();
+        let parking = Arc::new(Parking::<Run>::new(4));
+        let (_ticket, pending) = open(&confirmations, MINUTE);
+        let (run, dropped, resumed) = watched_run();
+        assert!(parking.park(&pending, run, &confirmations).is_ok());
+
+        // An embedder's own answer, not the gateway's.
+        confirmations
+            .approve(pending.id.as_str())
+            .expect("approved");
+        assert!(set(&resumed).await, "the parking drives the run on");
+        assert!(dropped.load(Ordering::SeqCst), "and lets it go at its end");
+        assert!(parking.lock().is_empty());
     }
 }
