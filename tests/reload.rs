@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::broadcast;
 
+use skillhost::agent::{Agent, CallOutcome};
 use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
@@ -234,6 +235,29 @@ async fn a_rename_over_replaces_the_version_and_a_handle_taken_before_keeps_its_
     watched.expect_upgrade_to_v2(&path).await;
     assert_eq!(run_version(&before, &watched.host.tools).await, "1.0.0");
     assert!(watched.registry.snapshot().failure_for(&path).is_none());
+}
+
+#[tokio::test]
+async fn a_run_reports_the_versions_it_started_on_after_a_reload() {
+    let mut watched = Watched::start(&[("versioned.wasm", &v1())], demo_policy()).await;
+    let path = watched.path("versioned.wasm");
+    let agent = Agent::builder(watched.registry.clone())
+        .build()
+        .expect("an agent without an LLM");
+    let run = agent.start_skill("versioned", json!({})).expect("started");
+    watched.rename_over("versioned.wasm", &v2());
+    watched.expect_upgrade_to_v2(&path).await;
+
+    let ran = run.skills().get("versioned").expect("the skill it runs");
+    assert_eq!(
+        Some(SkillVersion::of(&ran.component)),
+        version_of(&v1(), "1.0.0")
+    );
+    let output = run.result().await.expect("a versioned run");
+    let CallOutcome::Done { result } = output.outcome else {
+        panic!("not done: {:?}", output.outcome);
+    };
+    assert_eq!(result["version"], "1.0.0");
 }
 
 #[tokio::test]

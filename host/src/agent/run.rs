@@ -97,6 +97,7 @@ pub struct RunHandle<T> {
     /// reader; a run's events are bounded by its rounds and calls. Closes
     /// when the run ends.
     pub events: mpsc::UnboundedReceiver<AgentEvent>,
+    skills: Arc<SkillSnapshot>,
     confirmations: Confirmations,
     milestones: Arc<Milestones>,
     task: JoinHandle<Result<T, AgentError>>,
@@ -144,6 +145,7 @@ impl<T: Send + 'static> RunHandle<T> {
         let body = Box::pin(body);
         Self {
             id: run.id.clone(),
+            skills: run.snapshot.clone(),
             confirmations: run.agent.confirmations.clone(),
             events,
             milestones: run.milestones.clone(),
@@ -164,6 +166,12 @@ impl<T: Send + 'static> RunHandle<T> {
         if !self.has_ended() {
             self.milestones.notify.notified().await;
         }
+    }
+
+    /// The skills the run sees, as they were when it started: the versions
+    /// it runs, whatever reloads happen meanwhile.
+    pub fn skills(&self) -> &Arc<SkillSnapshot> {
+        &self.skills
     }
 
     /// Whether the run's task is over (finished, failed or aborted). Its

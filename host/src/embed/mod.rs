@@ -351,8 +351,10 @@ impl SkillHost {
     /// needed) or its sub-agent. Fails at once, before anything runs, when
     /// no such skill is loaded ([`AgentError::UnknownSkill`]) or the input
     /// does not match its parameters ([`AgentError::InvalidInput`]). Writes
-    /// that need approval wait for [`SkillHost::approve`]. The run is a task
-    /// of its own: like [`SkillHost::chat`], call it inside a Tokio runtime.
+    /// that need approval wait for [`SkillHost::approve`]. The version that
+    /// runs is the one loaded now, whatever reloads follow
+    /// ([`RunHandle::skills`]). The run is a task of its own: like
+    /// [`SkillHost::chat`], call it inside a Tokio runtime.
     pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
         self.inner.agent.start_skill(name, input)
     }

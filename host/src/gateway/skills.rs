@@ -13,7 +13,7 @@ use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount};
-use crate::agent::{CallOutcome, SkillOutput};
+use crate::agent::{AgentError, CallOutcome, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill, and every file whose latest content failed to load.
@@ -60,19 +60,22 @@ pub async fn invoke(
     mount: Mount,
     ApiJson(input): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let snapshot = state.host.snapshot();
-    let skill = snapshot
-        .get(&name)
-        .ok_or_else(|| unknown_skill(&snapshot, &name))?;
-    let version = SkillVersion {
-        name: skill.component.name().clone(),
-        version: skill.component.manifest().version.to_string(),
-        digest: skill.component.digest().to_owned(),
+    let run = match state.host.invoke(&name, input) {
+        Err(AgentError::UnknownSkill(_)) => {
+            return Err(unknown_skill(&state.host.snapshot(), &name));
+        }
+        started => started?,
     };
-    let run = state.host.invoke(&name, input)?;
+    // The version the run runs, from the skills it started on: a reload
+    // since then does not change what it reports.
+    let skill = run
+        .skills()
+        .get(&name)
+        .map(|loaded| SkillVersion::of(&loaded.component))
+        .expect("a skill run starts only on skills that hold it");
     let invocation = InvokeRun {
         run: OwnedRun::new(run),
-        skill: version,
+        skill,
     };
     finish_invocation(&state, invocation, &mount).await
 }

@@ -464,7 +464,8 @@ fn logged(version: Option<&SkillVersion>) -> String {
 }
 
 impl SkillVersion {
-    fn of(component: &SkillComponent) -> Self {
+    /// The version `component` is.
+    pub fn of(component: &SkillComponent) -> Self {
         Self {
             name: component.name().clone(),
             version: component.manifest().version.to_string(),
