@@ -16,7 +16,7 @@ use tracing::Dispatch;
 use tracing::subscriber::NoSubscriber;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-use skillhost::agent::{AgentConfig, Decision};
+use skillhost::agent::{Agent, AgentConfig, Decision};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, SkillComponent};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 
@@ -486,6 +486,27 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
         .map(|attempt| attempt["outcome"].clone())
         .collect();
     assert_eq!(attempts, ["suspended", "done"]);
+}
+
+#[test]
+fn a_runs_logs_carry_the_span_it_was_started_in() {
+    let (_, log) = capture(|| async {
+        let shop = Shop::new(article_003_tools, &["inquireOrderStatus"]).await;
+        let agent = Agent::builder(shop.skills.clone()).build().unwrap();
+        // An embedder's request span (its target passes the capture's
+        // filter); the run is a task of its own, started inside it.
+        let request = tracing::info_span!(target: "skillhost::embedder", "request", request_id = 7);
+        let run = request.in_scope(|| {
+            agent
+                .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
+                .unwrap()
+        });
+        run.result().await.unwrap()
+    });
+    let close = log.tool_call_closed("queryOrder");
+    let spans = &close["spans"];
+    assert_eq!(span_names(spans)[0], "request", "{close:#}");
+    assert_eq!(spans[0]["request_id"], 7);
 }
 
 /// `skillhost <args> run processRefund --yes` on the bundled skills with a

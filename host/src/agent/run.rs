@@ -16,6 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::AgentError;
 use super::catalog::Catalog;
@@ -142,7 +143,9 @@ impl<T: Send + 'static> RunHandle<T> {
         // A run's future holds a wasmtime call's state: kilobytes, which
         // tokio would otherwise copy whole each time it moves the task's
         // stage (spawn, completion, reading the output). Boxed, it moves once.
-        let body = Box::pin(body);
+        // In the span it was started in (an embedder's request), so that
+        // its spans and logs carry that request's fields.
+        let body = Box::pin(body.in_current_span());
         Self {
             id: run.id.clone(),
             skills: run.snapshot.clone(),
