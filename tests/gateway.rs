@@ -12,6 +12,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use skillhost::agent::Resolution;
+use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::RuntimeConfig;
@@ -1476,6 +1477,36 @@ async fn metrics_move_after_traffic() {
         .is_some_and(|requests| requests >= 1.0),
         "{after}"
     );
+}
+
+#[tokio::test]
+async fn an_application_serves_the_hosts_metrics_from_its_own_registry() {
+    let served = Served::start(Setup::default()).await;
+    let mut registry = Registry::default();
+    let own: prometheus_client::metrics::counter::Counter = Default::default();
+    registry.register("app_logins", "The application's own", own.clone());
+    served.host.metrics().register(&mut registry);
+    own.inc();
+
+    // Recorded after the registration: the registry reads the live values.
+    let (status, _) = served
+        .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    assert_eq!(counter(&text, "app_logins_total"), 1.0, "{text}");
+    let invoked = r#"skillhost_invocations_total{skill="inquireOrderStatus",outcome="done"}"#;
+    assert_eq!(counter(&text, invoked), 1.0, "{text}");
+    assert_eq!(
+        metric(&text, "skillhost_instance_slots"),
+        Some(8.0),
+        "{text}"
+    );
+    assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+    // The same series the host's own exposition has.
+    let own_text = served.host.metrics().encode();
+    assert_eq!(counter(&own_text, invoked), 1.0, "{own_text}");
 }
 
 #[tokio::test]

@@ -32,12 +32,17 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+/// The registry type [`HostMetrics::register`] takes: prometheus-client's,
+/// the version this crate is built with.
+pub use prometheus_client::registry::Registry;
 
 use crate::agent::llm::Usage;
 use crate::agent::{CallOutcome, Caller, Declined, Resolution};
 use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, ReloadOutcome, SkillName};
+
+/// The prefix of every metric's name.
+const PREFIX: &str = "skillhost";
 
 /// The content type of [`HostMetrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -160,9 +165,19 @@ impl Collector for InstanceSlotsCollector {
 
 /// The metrics of one host, shared by all its clones
 /// ([`SkillHost::metrics`](super::SkillHost::metrics)); recording is
-/// lock-free once a label set has been seen.
+/// lock-free once a label set has been seen. Served by the gateway's
+/// `/metrics` ([`HostMetrics::encode`]); an application with a registry of
+/// its own adds them to it with [`HostMetrics::register`].
 pub struct HostMetrics {
     registry: Registry,
+    families: Families,
+    /// Read for the instance pool's gauges at each scrape.
+    runtime: Option<Runtime>,
+}
+
+/// The families a host records into; cloning one shares its values.
+#[derive(Clone)]
+struct Families {
     invocations: Family<SkillOutcome, Counter>,
     invocation_seconds: LatencyFamily<SkillLabel>,
     tool_calls: Family<ToolOutcome, Counter>,
@@ -175,6 +190,25 @@ pub struct HostMetrics {
     http_requests: Family<HttpRequest, Counter>,
     http_seconds: LatencyFamily<RouteLabel>,
     http_errors: Family<CodeLabel, Counter>,
+}
+
+impl Default for Families {
+    fn default() -> Self {
+        Self {
+            invocations: Family::default(),
+            invocation_seconds: Family::new_with_constructor(latency_histogram),
+            tool_calls: Family::default(),
+            errors: Family::default(),
+            llm_calls: Family::default(),
+            llm_tokens: Family::default(),
+            confirmations: Family::default(),
+            reloads: Family::default(),
+            skills_loaded: Gauge::default(),
+            http_requests: Family::default(),
+            http_seconds: Family::new_with_constructor(latency_histogram),
+            http_errors: Family::default(),
+        }
+    }
 }
 
 impl std::fmt::Debug for HostMetrics {
@@ -192,92 +226,94 @@ impl Default for HostMetrics {
 impl HostMetrics {
     /// Every family registered, all at zero.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("skillhost");
-        let metrics = Self {
-            invocations: Family::default(),
-            invocation_seconds: Family::new_with_constructor(latency_histogram),
-            tool_calls: Family::default(),
-            errors: Family::default(),
-            llm_calls: Family::default(),
-            llm_tokens: Family::default(),
-            confirmations: Family::default(),
-            reloads: Family::default(),
-            skills_loaded: Gauge::default(),
-            http_requests: Family::default(),
-            http_seconds: Family::new_with_constructor(latency_histogram),
-            http_errors: Family::default(),
+        let mut metrics = Self {
             registry: Registry::default(),
+            families: Families::default(),
+            runtime: None,
         };
-        registry.register(
-            "invocations",
-            "Skill invocations, direct or by the agent, by outcome",
-            metrics.invocations.clone(),
-        );
-        registry.register(
-            "invocation_duration_seconds",
-            "Skill invocation latency, excluding time waiting for a person",
-            metrics.invocation_seconds.clone(),
-        );
-        registry.register(
-            "tool_calls",
-            "Tool calls by agents and skills, by outcome",
-            metrics.tool_calls.clone(),
-        );
-        registry.register(
-            "errors",
-            "Failures inside runs, by kind",
-            metrics.errors.clone(),
-        );
-        registry.register(
-            "llm_calls",
-            "LLM calls that returned a response",
-            metrics.llm_calls.clone(),
-        );
-        registry.register(
-            "llm_tokens",
-            "Tokens counted by the LLM server",
-            metrics.llm_tokens.clone(),
-        );
-        registry.register(
-            "confirmations",
-            "Confirmations opened (pending) and how they ended",
-            metrics.confirmations.clone(),
-        );
-        registry.register(
-            "reloads",
-            "Changes to the skills directory, by outcome",
-            metrics.reloads.clone(),
-        );
-        registry.register(
-            "skills_loaded",
-            "Skills serving now",
-            metrics.skills_loaded.clone(),
-        );
-        registry.register(
-            "http_requests",
-            "Gateway requests by route, method and status",
-            metrics.http_requests.clone(),
-        );
-        registry.register(
-            "http_request_duration_seconds",
-            "Gateway latency until the response starts, by route",
-            metrics.http_seconds.clone(),
-        );
-        registry.register(
-            "http_errors",
-            "Gateway error responses by error code",
-            metrics.http_errors.clone(),
-        );
-        Self {
-            registry,
-            ..metrics
-        }
+        metrics.registry = metrics.registered_in(Registry::default());
+        metrics
     }
 
     /// Adds the instance pool's gauges, read from `runtime` at each scrape.
     pub(super) fn observe_instances(&mut self, runtime: Runtime) {
-        self.registry
-            .register_collector(Box::new(InstanceSlotsCollector(runtime)));
+        self.runtime = Some(runtime);
+        self.registry = self.registered_in(Registry::default());
+    }
+
+    /// Registers these metrics in `registry`, under the prefix `skillhost`,
+    /// so that an application's own `/metrics` serves them beside its own:
+    /// the same values [`HostMetrics::encode`] shows, as they change.
+    pub fn register(&self, registry: &mut Registry) {
+        self.register_families(registry.sub_registry_with_prefix(PREFIX));
+    }
+
+    fn registered_in(&self, mut registry: Registry) -> Registry {
+        self.register(&mut registry);
+        registry
+    }
+
+    fn register_families(&self, registry: &mut Registry) {
+        let families = self.families.clone();
+        registry.register(
+            "invocations",
+            "Skill invocations, direct or by the agent, by outcome",
+            families.invocations,
+        );
+        registry.register(
+            "invocation_duration_seconds",
+            "Skill invocation latency, excluding time waiting for a person",
+            families.invocation_seconds,
+        );
+        registry.register(
+            "tool_calls",
+            "Tool calls by agents and skills, by outcome",
+            families.tool_calls,
+        );
+        registry.register("errors", "Failures inside runs, by kind", families.errors);
+        registry.register(
+            "llm_calls",
+            "LLM calls that returned a response",
+            families.llm_calls,
+        );
+        registry.register(
+            "llm_tokens",
+            "Tokens counted by the LLM server",
+            families.llm_tokens,
+        );
+        registry.register(
+            "confirmations",
+            "Confirmations opened (pending) and how they ended",
+            families.confirmations,
+        );
+        registry.register(
+            "reloads",
+            "Changes to the skills directory, by outcome",
+            families.reloads,
+        );
+        registry.register(
+            "skills_loaded",
+            "Skills serving now",
+            families.skills_loaded,
+        );
+        registry.register(
+            "http_requests",
+            "Gateway requests by route, method and status",
+            families.http_requests,
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "Gateway latency until the response starts, by route",
+            families.http_seconds,
+        );
+        registry.register(
+            "http_errors",
+            "Gateway error responses by error code",
+            families.http_errors,
+        );
+        if let Some(runtime) = &self.runtime {
+            registry.register_collector(Box::new(InstanceSlotsCollector(runtime.clone())));
+        }
     }
 
     /// The OpenMetrics text exposition (content type [`CONTENT_TYPE`]).
@@ -297,13 +333,15 @@ impl HostMetrics {
             }
         };
         let skill = skill.to_string();
-        self.invocations
+        self.families
+            .invocations
             .get_or_create(&SkillOutcome {
                 skill: skill.clone(),
                 outcome,
             })
             .inc();
-        self.invocation_seconds
+        self.families
+            .invocation_seconds
             .get_or_create(&SkillLabel { skill })
             .observe(took.as_secs_f64());
     }
@@ -323,7 +361,8 @@ impl HostMetrics {
             }
             CallOutcome::Declined { .. } => "declined",
         };
-        self.tool_calls
+        self.families
+            .tool_calls
             .get_or_create(&ToolOutcome {
                 tool: tool.to_owned(),
                 outcome,
@@ -332,7 +371,7 @@ impl HostMetrics {
     }
 
     fn error(&self, kind: &'static str) {
-        self.errors.get_or_create(&Kind { kind }).inc();
+        self.families.errors.get_or_create(&Kind { kind }).inc();
     }
 
     pub(super) fn llm_usage(&self, caller: &Caller, usage: &Usage) {
@@ -340,12 +379,16 @@ impl HostMetrics {
             Caller::Main => "main",
             Caller::Skill(_) => "skill",
         };
-        self.llm_calls.get_or_create(&CallerLabel { caller }).inc();
+        self.families
+            .llm_calls
+            .get_or_create(&CallerLabel { caller })
+            .inc();
         for (kind, tokens) in [
             ("prompt", usage.prompt_tokens),
             ("completion", usage.completion_tokens),
         ] {
-            self.llm_tokens
+            self.families
+                .llm_tokens
                 .get_or_create(&TokenType { r#type: kind })
                 .inc_by(tokens);
         }
@@ -365,7 +408,8 @@ impl HostMetrics {
     }
 
     fn confirmation(&self, resolution: &'static str) {
-        self.confirmations
+        self.families
+            .confirmations
             .get_or_create(&ResolutionLabel { resolution })
             .inc();
     }
@@ -379,12 +423,16 @@ impl HostMetrics {
             ReloadOutcome::Unloaded => "unloaded",
             ReloadOutcome::Rejected { .. } => "rejected",
         };
-        self.reloads.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.families
+            .reloads
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
         self.set_skills_loaded(skills_loaded);
     }
 
     pub(super) fn set_skills_loaded(&self, skills: usize) {
-        self.skills_loaded
+        self.families
+            .skills_loaded
             .set(i64::try_from(skills).unwrap_or(i64::MAX));
     }
 
@@ -401,20 +449,25 @@ impl HostMetrics {
         took: Duration,
         error_code: Option<&'static str>,
     ) {
-        self.http_requests
+        self.families
+            .http_requests
             .get_or_create(&HttpRequest {
                 route: route.to_owned(),
                 method: method_label(method),
                 status,
             })
             .inc();
-        self.http_seconds
+        self.families
+            .http_seconds
             .get_or_create(&RouteLabel {
                 route: route.to_owned(),
             })
             .observe(took.as_secs_f64());
         if let Some(code) = error_code {
-            self.http_errors.get_or_create(&CodeLabel { code }).inc();
+            self.families
+                .http_errors
+                .get_or_create(&CodeLabel { code })
+                .inc();
         }
     }
 }
