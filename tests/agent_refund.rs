@@ -5,7 +5,7 @@
 //! `inquireOrderStatus`; keep-public `queryOrder`, `searchKnowledge`,
 //! `getCurrentTime`, so `applyRefund` and `queryLogistics` are absorbed.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -13,10 +13,10 @@ use serde_json::{Value, json};
 use skillhost::agent::catalog::DisclosureConfig;
 use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
-    PendingConfirmation, Resolution, RunHandle, SkillOutput, SkillPath,
+    PendingConfirmation, Resolution, RunHandle, RunId, RunOptions, SkillOutput, SkillPath,
 };
 use skillhost::tools::demo::{article_000_tools, article_003_tools};
-use skillhost::tools::{Access, Tool, ToolError, ToolSpec};
+use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::agent_common::{
     REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refund_call, refusal, resolutions,
@@ -702,7 +702,7 @@ impl Tool for WholePage {
         &SPEC
     }
 
-    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, _context: &ToolContext, _arguments: Value) -> Result<Value, ToolError> {
         Ok(json!({"page": "lorem ipsum ".repeat(50_000)}))
     }
 }
@@ -933,4 +933,83 @@ async fn a_skill_that_traps_fails_alone_and_the_run_goes_on() {
     let told = tool_result(llm.requests()[1].messages(), "call_1_0");
     assert!(told.starts_with(r#"{"error":"#), "{told}");
     assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
+}
+
+/// Who a run acts for, as an embedder attaches it.
+#[derive(Debug, Clone, PartialEq)]
+struct Customer(&'static str);
+
+/// What one call was handed: the tool, the customer, the run.
+type Handed = (String, Option<Customer>, Option<RunId>);
+
+/// A tool that records what each call was handed, then runs `inner`.
+struct Recording {
+    inner: Arc<dyn Tool>,
+    handed: Arc<Mutex<Vec<Handed>>>,
+}
+
+#[async_trait::async_trait]
+impl Tool for Recording {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+
+    async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        self.handed.lock().unwrap().push((
+            self.spec().name.clone(),
+            context.get::<Customer>().cloned(),
+            context.get::<RunId>().cloned(),
+        ));
+        self.inner.invoke(context, arguments).await
+    }
+}
+
+#[tokio::test]
+async fn every_tool_a_run_calls_is_handed_what_its_embedder_attached() {
+    let handed = Arc::new(Mutex::new(Vec::new()));
+    let recorded = handed.clone();
+    let shop = Shop::new(
+        move |db| {
+            article_003_tools(db)
+                .into_iter()
+                .map(|inner| {
+                    let handed = recorded.clone();
+                    Arc::new(Recording { inner, handed }) as Arc<dyn Tool>
+                })
+                .collect()
+        },
+        &["inquireOrderStatus"],
+    )
+    .await;
+    let agent = Agent::builder(shop.skills.clone()).build().unwrap();
+    let order = json!({"orderId": "88231"});
+
+    // Inside the sandbox, the steps' calls carry it; the guest never sees it.
+    let options = RunOptions::new().with(Customer("u1001"));
+    let run = agent
+        .start_skill_with("inquireOrderStatus", order.clone(), options)
+        .unwrap();
+    let id = run.id.clone();
+    run.result().await.unwrap();
+    let customer = Some(Customer("u1001"));
+    assert_eq!(
+        *handed.lock().unwrap(),
+        [
+            ("queryOrder".to_owned(), customer.clone(), Some(id.clone())),
+            ("queryLogistics".to_owned(), customer, Some(id)),
+        ]
+    );
+
+    // A run given nothing hands its calls only its id.
+    handed.lock().unwrap().clear();
+    let run = agent.start_skill("inquireOrderStatus", order).unwrap();
+    let id = run.id.clone();
+    run.result().await.unwrap();
+    let calls = handed.lock().unwrap().clone();
+    assert!(
+        calls
+            .iter()
+            .all(|(_, customer, run)| customer.is_none() && run.as_ref() == Some(&id)),
+        "{calls:?}"
+    );
 }

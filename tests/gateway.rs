@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -17,9 +18,9 @@ use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
-use skillhost::tools::Tool;
 use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_tools};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
+use skillhost::tools::{Access, Tool, ToolContext, ToolSpec};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call};
 use crate::support::fixtures::{fixture, repo_root, skill_file};
@@ -44,6 +45,9 @@ struct Setup<'a> {
     config: GatewayConfig,
     /// Registered next to article 003's tools.
     tools: Vec<Arc<dyn Tool>>,
+    /// Mounts the gateway's router inside an application with this
+    /// middleware in front, instead of serving it on its own.
+    middleware: Option<fn(Router) -> Router>,
 }
 
 impl Default for Setup<'_> {
@@ -53,6 +57,7 @@ impl Default for Setup<'_> {
             llm: None,
             config: GatewayConfig::default(),
             tools: Vec::new(),
+            middleware: None,
         }
     }
 }
@@ -99,13 +104,20 @@ impl Served {
             .expect("a loopback port");
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            gateway
-                .serve(listener, async {
-                    let _ = stopped.await;
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let server = match setup.middleware {
+            None => tokio::spawn(async move { gateway.serve(listener, shutdown).await }),
+            Some(middleware) => {
+                let app = middleware(gateway.router());
+                tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
                 })
-                .await
-        });
+            }
+        };
         Self {
             base,
             http: reqwest::Client::new(),
@@ -423,6 +435,92 @@ async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
     };
     assert_eq!(series("pending"), 1.0, "{metrics}");
     assert_eq!(series("withdrawn"), 1.0, "{metrics}");
+}
+
+/// The customer an application authenticated, as its tools read it.
+#[derive(Debug, Clone)]
+struct Customer(String);
+
+/// A tool that tells whom its call acts for.
+struct WhoAmI;
+
+#[async_trait::async_trait]
+impl Tool for WhoAmI {
+    fn spec(&self) -> &ToolSpec {
+        static SPEC: std::sync::LazyLock<ToolSpec> = std::sync::LazyLock::new(|| ToolSpec {
+            name: "whoAmI".into(),
+            description: "The customer this conversation is for.".into(),
+            parameters: json!({"type": "object"}),
+            access: Access::Read,
+        });
+        &SPEC
+    }
+
+    async fn invoke(
+        &self,
+        context: &ToolContext,
+        _arguments: Value,
+    ) -> Result<Value, skillhost::tools::ToolError> {
+        let customer = context.get::<Customer>().map(|customer| customer.0.clone());
+        Ok(json!({ "customer": customer }))
+    }
+}
+
+/// An application's authentication in front of the gateway: the customer
+/// its (here trusted) header names, attached to the request for the tools.
+fn authenticating(router: Router) -> Router {
+    router.layer(axum::middleware::from_fn(
+        |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
+            let customer = request
+                .headers()
+                .get("x-customer")
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
+            if let Some(customer) = customer {
+                let context = ToolContext::new().with(Customer(customer));
+                request.extensions_mut().insert(context);
+            }
+            next.run(request).await
+        },
+    ))
+}
+
+#[tokio::test]
+async fn a_runs_tools_act_for_the_customer_the_application_attached_to_its_request() {
+    let who = || Step::tool_call("whoAmI", json!({}));
+    let llm = ScriptedLlm::start(vec![who(), Step::text("a"), who(), Step::text("b")]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: vec![Arc::new(WhoAmI)],
+        middleware: Some(authenticating),
+        ..Setup::default()
+    })
+    .await;
+    for customer in ["u1001", "u2002"] {
+        let response = served
+            .http
+            .post(served.url("/v1/chat/completions"))
+            .header("x-customer", customer)
+            .json(&json!({"messages": [{"role": "user", "content": "who am I?"}]}))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = read(response).await;
+        assert_eq!(status, StatusCode::OK, "{body:#}");
+    }
+    // What each run's tool answered went to the model: its own customer.
+    let requests = llm.requests();
+    let answered = |request: usize| requests[request].messages().last().unwrap()["content"].clone();
+    assert!(
+        answered(1).as_str().unwrap().contains("u1001"),
+        "{}",
+        answered(1)
+    );
+    assert!(
+        answered(3).as_str().unwrap().contains("u2002"),
+        "{}",
+        answered(3)
+    );
 }
 
 #[tokio::test]
@@ -1624,7 +1722,7 @@ async fn crm_service() -> String {
     ) -> axum::Json<Value> {
         axum::Json(json!({"ticket": "TK1", "customerId": id, "received": body}))
     }
-    let app = axum::Router::new()
+    let app = Router::new()
         .route("/api/customers/{id}", get(customer))
         .route("/api/customers/{id}/tickets", post(ticket));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1719,13 +1817,13 @@ async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
     // model can relay; a wrong secret is refused by the service.
     let tools = crm_tools(&crm, Some("wrong"));
     let error = tools[0]
-        .invoke(json!({"customerId": "u1001"}))
+        .invoke(&ToolContext::new(), json!({"customerId": "u1001"}))
         .await
         .unwrap_err();
     assert!(error.to_string().contains("401"), "{error}");
     let tools = crm_tools(&crm, Some("s3cret"));
     let error = tools[0]
-        .invoke(json!({"customerId": "u404"}))
+        .invoke(&ToolContext::new(), json!({"customerId": "u404"}))
         .await
         .unwrap_err();
     assert!(
@@ -1741,7 +1839,7 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
     use axum::routing::get;
     use std::sync::Mutex;
 
-    async fn serve(app: axum::Router) -> String {
+    async fn serve(app: Router) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -1750,7 +1848,7 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
     // Another host, recording the keys it is sent.
     let seen = Arc::new(Mutex::new(Vec::<String>::new()));
     let recorder = seen.clone();
-    let elsewhere = serve(axum::Router::new().route(
+    let elsewhere = serve(Router::new().route(
         "/steal",
         get(move |headers: HeaderMap| async move {
             let key = headers
@@ -1763,7 +1861,7 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
     .await;
     let away = format!("{elsewhere}/steal");
     let service = serve(
-        axum::Router::new()
+        Router::new()
             .route(
                 "/moved/{id}",
                 get(|| async { Redirect::temporary("/here") }),
@@ -1795,12 +1893,16 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
     // Within the service, a redirect is followed with the key.
     let moved = tool(format!("{service}/moved/{{id}}"));
     assert_eq!(
-        moved.invoke(id.clone()).await.unwrap(),
+        moved.invoke(&ToolContext::new(), id.clone()).await.unwrap(),
         json!({"key": true})
     );
     // To another origin it is not followed, and the error says why.
     let away = tool(format!("{service}/away/{{id}}"));
-    let error = away.invoke(id.clone()).await.unwrap_err().to_string();
+    let error = away
+        .invoke(&ToolContext::new(), id.clone())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         error.contains("another origin") && error.contains(&elsewhere),
         "{error}"
@@ -1813,6 +1915,10 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let down = format!("http://{}/x/{{id}}", closed.local_addr().unwrap());
     drop(closed);
-    let error = tool(down).invoke(id).await.unwrap_err().to_string();
+    let error = tool(down)
+        .invoke(&ToolContext::new(), id)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(error.to_lowercase().contains("refused"), "{error}");
 }

@@ -43,7 +43,7 @@ use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::skills::{SkillRegistry, SkillSnapshot};
 use skillhost::tools::demo::{self, DemoDb};
-use skillhost::tools::{Access, Tool, ToolError, ToolRegistry, ToolSpec};
+use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 
 use scripted_llm::{ScriptedLlm, Step};
 
@@ -56,7 +56,7 @@ impl Tool for SpecOnly {
         &self.0
     }
 
-    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, _context: &ToolContext, _arguments: Value) -> Result<Value, ToolError> {
         Ok(Value::Null)
     }
 }

@@ -47,7 +47,7 @@ use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent, ToolDispatch};
 use skillhost::skills::SkillName;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{self, DemoDb};
-use skillhost::tools::{Tool, ToolError, ToolRegistry, ToolSpec};
+use skillhost::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 
 /// A demo tool's spec with a canned answer: the host's work without SQLite.
 struct FixedTool {
@@ -61,7 +61,7 @@ impl Tool for FixedTool {
         &self.spec
     }
 
-    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, _context: &ToolContext, _arguments: Value) -> Result<Value, ToolError> {
         Ok(self.response.clone())
     }
 }

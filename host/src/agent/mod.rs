@@ -77,7 +77,8 @@ pub use confirm::{
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
 pub use run::{
-    Decision, Finished, RunHandle, RunObserver, RunOutput, RunStats, RunTracker, SkillOutput,
+    Decision, Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker,
+    SkillOutput,
 };
 pub use service::{Agent, AgentBuilder, AgentError};
 pub use transcript::{Compaction, Transcript};

@@ -27,7 +27,7 @@ use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::skills::{Manifest, SkillName, SkillSnapshot};
-use crate::tools::{Access, ToolCallSpan, ToolError};
+use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError};
 
 /// LLM calls and tokens of one run, sub-agents included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -325,14 +325,58 @@ pub(super) struct RunContext {
     /// as (tool, why): what a skill saw declined, its caller is told too
     /// ([`Self::declined_since`]).
     declined: Mutex<Vec<(String, Declined)>>,
+    /// What every tool call of the run is handed: the embedder's values and
+    /// the run's id.
+    tool_context: ToolContext,
+}
+
+/// How to start a run: [`Agent::start_with`](super::Agent::start_with),
+/// [`Agent::start_skill_with`](super::Agent::start_skill_with). Default: no
+/// streaming, an empty tool context.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    stream: bool,
+    context: ToolContext,
+}
+
+impl RunOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The run also reports the text the model generates as it arrives
+    /// ([`AgentEvent::TextDelta`]): every LLM call of the run asks the
+    /// server to stream. For chat front ends.
+    #[must_use]
+    pub fn streaming(mut self) -> Self {
+        self.stream = true;
+        self
+    }
+
+    /// Every tool the run calls is handed `value` ([`ToolContext::get`]):
+    /// who the end user is, their tenant, a request id. A model or a skill
+    /// can neither see nor change it.
+    #[must_use]
+    pub fn with<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.context.insert(value);
+        self
+    }
+
+    /// Every tool the run calls is handed `context`, replacing the values
+    /// given so far.
+    #[must_use]
+    pub fn context(mut self, context: ToolContext) -> Self {
+        self.context = context;
+        self
+    }
 }
 
 impl RunContext {
     /// A run of `agent` over the current skills, and the receiver of its
-    /// events. `stream`: see [`Agent::start_streaming`](super::Agent::start_streaming).
+    /// events.
     pub(super) fn new(
         agent: Arc<AgentInner>,
-        stream: bool,
+        options: RunOptions,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
         let snapshot = agent.skills.snapshot();
@@ -342,7 +386,9 @@ impl RunContext {
             .observer
             .as_ref()
             .map(|observe| Mutex::new(observe(&id)));
+        let RunOptions { stream, context } = options;
         let run = Self {
+            tool_context: context.with(id.clone()),
             id,
             agent,
             snapshot,
@@ -522,7 +568,9 @@ impl RunContext {
                 return Err(CallError::Declined(why));
             }
         }
-        let result = span.execute(registered, arguments).await?;
+        let result = span
+            .execute(registered, &self.tool_context, arguments)
+            .await?;
         if write.is_some() {
             *self.last_write() = write;
         }

@@ -10,7 +10,7 @@ use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
-use super::run::{RunContext, RunHandle, RunObserver, RunOutput, SkillOutput};
+use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, SkillOutput};
 use super::skill;
 use super::transcript::Transcript;
 use crate::runtime::InvokeError;
@@ -232,7 +232,7 @@ impl Agent {
     /// The run is a spawned task (call this inside a Tokio runtime) that
     /// outlives the returned handle.
     pub fn start(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
-        self.start_run(messages, false)
+        self.start_with(messages, RunOptions::new())
     }
 
     /// Like [`Agent::start`], and the run also reports the text the model
@@ -242,13 +242,15 @@ impl Agent {
         &self,
         messages: Vec<Message>,
     ) -> Result<RunHandle<RunOutput>, AgentError> {
-        self.start_run(messages, true)
+        self.start_with(messages, RunOptions::new().streaming())
     }
 
-    fn start_run(
+    /// Like [`Agent::start`], as `options` say: streaming, and what every
+    /// tool the run calls is handed ([`RunOptions::with`]).
+    pub fn start_with(
         &self,
         messages: Vec<Message>,
-        stream: bool,
+        options: RunOptions,
     ) -> Result<RunHandle<RunOutput>, AgentError> {
         if self.inner.llm.is_none() {
             return Err(AgentError::NotConfigured);
@@ -263,7 +265,7 @@ impl Agent {
             &self.inner.config.system_prompt,
             messages,
         ));
-        let (run, events) = RunContext::new(self.inner.clone(), stream);
+        let (run, events) = RunContext::new(self.inner.clone(), options);
         let body = main_agent(run.clone(), transcript);
         Ok(RunHandle::spawn(&run, events, body))
     }
@@ -276,7 +278,18 @@ impl Agent {
         name: &str,
         input: Value,
     ) -> Result<RunHandle<SkillOutput>, AgentError> {
-        let (run, events) = RunContext::new(self.inner.clone(), false);
+        self.start_skill_with(name, input, RunOptions::new())
+    }
+
+    /// Like [`Agent::start_skill`], as `options` say (see
+    /// [`Agent::start_with`]).
+    pub fn start_skill_with(
+        &self,
+        name: &str,
+        input: Value,
+        options: RunOptions,
+    ) -> Result<RunHandle<SkillOutput>, AgentError> {
+        let (run, events) = RunContext::new(self.inner.clone(), options);
         let skill = run
             .snapshot
             .get(name)

@@ -56,7 +56,7 @@ use crate::agent::catalog::DisclosureConfig;
 use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
 use crate::agent::{
     Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations,
-    PendingConfirmation, RunHandle, RunOutput, SkillOutput, UnknownPolicyTool,
+    PendingConfirmation, RunHandle, RunOptions, RunOutput, SkillOutput, UnknownPolicyTool,
 };
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
@@ -359,9 +359,31 @@ impl SkillHost {
         self.inner.agent.start_skill(name, input)
     }
 
+    /// Like [`SkillHost::invoke`], as `options` say: what every tool the
+    /// run calls is handed, such as the end user it acts for
+    /// ([`RunOptions::with`]).
+    pub fn invoke_with(
+        &self,
+        name: &str,
+        input: Value,
+        options: RunOptions,
+    ) -> Result<RunHandle<SkillOutput>, AgentError> {
+        self.inner.agent.start_skill_with(name, input, options)
+    }
+
     /// Runs the main agent on a conversation (see [`Agent::start`]).
     pub fn chat(&self, messages: Vec<Message>) -> Result<RunHandle<RunOutput>, AgentError> {
         self.inner.agent.start(messages)
+    }
+
+    /// Like [`SkillHost::chat`], as `options` say: streaming, and what
+    /// every tool the run calls is handed ([`RunOptions::with`]).
+    pub fn chat_with(
+        &self,
+        messages: Vec<Message>,
+        options: RunOptions,
+    ) -> Result<RunHandle<RunOutput>, AgentError> {
+        self.inner.agent.start_with(messages, options)
     }
 
     /// Like [`SkillHost::chat`], reporting the model's text as it is

@@ -3,11 +3,11 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,8 +17,9 @@ use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status, StreamOptions};
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
-use super::{AppState, Mount};
+use super::{AppState, Mount, run_options};
 use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
+use crate::tools::ToolContext;
 
 /// OpenAI chat completions with the agent behind them: one run over the
 /// request's messages, answered as one completion, or as SSE chunks with
@@ -27,6 +28,7 @@ use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOut
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     mount: Mount,
+    context: Option<Extension<ToolContext>>,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let stream = request.streams();
@@ -43,11 +45,9 @@ pub async fn chat_completions(
             ));
         }
     };
-    let handle = if stream {
-        state.host.chat_streaming(messages)?
-    } else {
-        state.host.chat(messages)?
-    };
+    let options = run_options(context);
+    let options = if stream { options.streaming() } else { options };
+    let handle = state.host.chat_with(messages, options)?;
     let chat = ChatRun {
         meta: CompletionMeta::new(handle.id.clone(), model),
         run: OwnedRun::new(handle),

@@ -55,6 +55,17 @@
 //! operator's system prompt comes first; a request's leading system
 //! messages are added to it.
 //!
+//! # Who a run acts for
+//!
+//! An application that mounts [`Gateway::router`] behind its own
+//! authentication attaches a [`ToolContext`] to each request (in the
+//! request's extensions: a middleware's `request.extensions_mut().insert(…)`
+//! or axum's `Extension` layer). The run a chat or an invocation starts
+//! hands it to every tool it calls, so that a tool acts for the user the
+//! application authenticated, whatever the model or the skill writes in
+//! the arguments. It stays with the run: the request answering a
+//! confirmation cannot change it.
+//!
 //! # Safety at the edge
 //!
 //! - **Keys** ([`GatewayConfig`]): with API keys configured, API routes need
@@ -111,7 +122,9 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
 
+use crate::agent::RunOptions;
 use crate::embed::SkillHost;
+use crate::tools::ToolContext;
 pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 use runs::Parking;
@@ -191,6 +204,16 @@ impl fmt::Debug for GatewayConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
             .finish()
+    }
+}
+
+/// The options of a run a request starts: the [`ToolContext`] an
+/// application attached to the request, if any (see the module docs).
+fn run_options(context: Option<Extension<ToolContext>>) -> RunOptions {
+    let options = RunOptions::new();
+    match context {
+        Some(Extension(context)) => options.context(context),
+        None => options,
     }
 }
 

@@ -18,7 +18,7 @@ use super::limits::{Limit, Limits};
 use super::wasi::{self, SandboxWasi, WasiSources};
 use crate::skills::SkillName;
 use crate::text::{self, Escaped, OUTSIDE_TEXT_BYTES};
-use crate::tools::{ToolCaller, ToolError, ToolRegistry};
+use crate::tools::{ToolCaller, ToolContext, ToolError, ToolRegistry};
 
 /// Where a skill's permitted tool calls go. The runtime has already checked
 /// the call against the manifest; implementations add what the embedding
@@ -57,7 +57,9 @@ impl ToolDispatch for ToolRegistry {
         arguments: Value,
     ) -> Result<Value, DispatchError> {
         let caller = ToolCaller::Skill(skill.as_str());
-        Ok(self.call_as(caller, tool, arguments).await?)
+        Ok(self
+            .call_as(caller, &ToolContext::new(), tool, arguments)
+            .await?)
     }
 }
 

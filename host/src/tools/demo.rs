@@ -370,7 +370,10 @@ mod tests {
                 .find(|tool| tool.spec().name == "applyRefund")
                 .unwrap();
             refund
-                .invoke(json!({"orderId": "88231", "reason": "broken"}))
+                .invoke(
+                    &crate::tools::ToolContext::new(),
+                    json!({"orderId": "88231", "reason": "broken"}),
+                )
                 .await
                 .unwrap();
         }

@@ -37,7 +37,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Access, Tool, ToolError, ToolSpec};
+use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 /// Time one call may take, connecting included. Default: 30 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -303,7 +303,7 @@ impl Tool for HttpTool {
         &self.spec
     }
 
-    async fn invoke(&self, arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, _context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         // The registry validated the arguments against an object schema.
         let Value::Object(arguments) = arguments else {
             return Err(ToolError::InvalidArguments {

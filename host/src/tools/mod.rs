@@ -66,8 +66,44 @@ pub trait Tool: Send + Sync {
     fn spec(&self) -> &ToolSpec;
 
     /// Runs the tool. `arguments` has already been validated against
-    /// `spec().parameters`; the result is any JSON value.
-    async fn invoke(&self, arguments: Value) -> Result<Value, ToolError>;
+    /// `spec().parameters`; the result is any JSON value. `context` holds
+    /// what the embedder attached to the run making the call (who the end
+    /// user is, say), which the arguments — written by a model or a skill
+    /// — cannot change.
+    async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError>;
+}
+
+/// What a tool is told about a call besides its arguments: values by type,
+/// attached by the embedder to the run that makes the call
+/// ([`RunOptions::with`](crate::agent::RunOptions::with)), such as the end
+/// user a gateway authenticated or their tenant, so that a tool can act for
+/// them and only them. A call made by a run also carries its
+/// [`RunId`](crate::agent::RunId). Empty for calls outside a run.
+#[derive(Clone, Debug, Default)]
+pub struct ToolContext(::http::Extensions);
+
+impl ToolContext {
+    /// A context with nothing in it.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// This context with `value` in it, replacing any value of its type.
+    #[must_use]
+    pub fn with<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.insert(value);
+        self
+    }
+
+    /// Puts `value` in, returning the value of its type it replaces.
+    pub fn insert<T: Clone + Send + Sync + 'static>(&mut self, value: T) -> Option<T> {
+        self.0.insert(value)
+    }
+
+    /// The value of type `T`, if there is one.
+    pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.0.get()
+    }
 }
 
 /// A tool that is declared and never executed: its spec lets skills that
@@ -93,7 +129,7 @@ impl Tool for StandIn {
         &self.spec
     }
 
-    async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, _context: &ToolContext, _arguments: Value) -> Result<Value, ToolError> {
         Err(ToolError::NotPermitted {
             tool: self.spec.name.clone(),
             reason: self.reason.clone(),

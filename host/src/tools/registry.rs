@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tracing::{Instrument, Span, field};
 
-use super::{Access, Tool, ToolError, ToolSpec};
+use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
 use crate::skills::manifest::{LOAD_SKILL, is_function_name};
 use crate::text::{self, Escaped, OUTSIDE_TEXT_BYTES};
 
@@ -32,10 +32,10 @@ impl RegisteredTool {
         })
     }
 
-    /// Validates, then runs the tool.
-    pub async fn call(&self, arguments: Value) -> Result<Value, ToolError> {
+    /// Validates, then runs the tool in `context`.
+    pub async fn call(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         self.validate(&arguments)?;
-        self.tool.invoke(arguments).await
+        self.tool.invoke(context, arguments).await
     }
 }
 
@@ -102,16 +102,18 @@ impl ToolRegistry {
     }
 
     /// Looks up, validates and runs a tool for the embedding code itself
-    /// (caller `host` in the logs).
+    /// (caller `host` in the logs), in an empty context.
     pub async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolError> {
-        self.call_as(ToolCaller::Host, name, arguments).await
+        self.call_as(ToolCaller::Host, &ToolContext::new(), name, arguments)
+            .await
     }
 
-    /// Looks up, validates and runs a tool for `caller`, in a `tool_call`
-    /// span.
+    /// Looks up, validates and runs a tool for `caller` in `context`, in a
+    /// `tool_call` span.
     pub async fn call_as(
         &self,
         caller: ToolCaller<'_>,
+        context: &ToolContext,
         name: &str,
         arguments: Value,
     ) -> Result<Value, ToolError> {
@@ -120,7 +122,7 @@ impl ToolRegistry {
             None => Err(ToolError::UnknownTool(name.to_owned())),
             Some(tool) => {
                 span.resolved(tool.spec(), &arguments);
-                span.execute(tool, arguments).await
+                span.execute(tool, context, arguments).await
             }
         };
         span.finish(result.as_ref().map(drop));
@@ -207,14 +209,19 @@ impl<'a> ToolCallSpan<'a> {
         self.span.record("confirmation", answer);
     }
 
-    /// Validates and runs `tool` inside the span, timing its run.
+    /// Validates and runs `tool` in `context` inside the span, timing its
+    /// run.
     pub async fn execute(
         &mut self,
         tool: &RegisteredTool,
+        context: &ToolContext,
         arguments: Value,
     ) -> Result<Value, ToolError> {
         let started = (!self.span.is_disabled()).then(Instant::now);
-        let result = tool.call(arguments).instrument(self.span.clone()).await;
+        let result = tool
+            .call(context, arguments)
+            .instrument(self.span.clone())
+            .await;
         self.latency = started.map(|started| started.elapsed());
         result
     }
@@ -391,7 +398,11 @@ pub(crate) mod test_tools {
             &self.0
         }
 
-        async fn invoke(&self, _arguments: Value) -> Result<Value, ToolError> {
+        async fn invoke(
+            &self,
+            _context: &ToolContext,
+            _arguments: Value,
+        ) -> Result<Value, ToolError> {
             Ok(Value::Null)
         }
     }

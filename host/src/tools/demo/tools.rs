@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::db::DemoDb;
 use super::shop::{AfterSaleKind, PaymentMethod};
-use crate::tools::{Access, Tool, ToolError, ToolSpec};
+use crate::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 /// The naming convention of one article's tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -767,7 +767,11 @@ impl Tool for DemoTool {
         &self.spec
     }
 
-    async fn invoke(&self, mut arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(
+        &self,
+        _context: &ToolContext,
+        mut arguments: Value,
+    ) -> Result<Value, ToolError> {
         whole_floats_as_integers(&self.spec.parameters, &mut arguments);
         let arguments = self.dialect.input(arguments);
         let answer = if self.db.in_file() {
