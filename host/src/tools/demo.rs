@@ -225,6 +225,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refund_refused_before_delivery_says_what_the_policy_offers_instead() {
+        let (db, registry) = shop();
+        let refused = async |order: &str| {
+            rejection(
+                registry
+                    .call("applyRefund", json!({"orderId": order, "reason": "x"}))
+                    .await,
+            )
+        };
+        let unpaid = refused("88240").await;
+        assert!(unpaid.contains("has not been paid"), "{unpaid}");
+        let cancelled = refused("66012").await;
+        assert!(cancelled.contains("nothing to refund"), "{cancelled}");
+        assert!(!cancelled.contains("delivered"), "{cancelled}");
+        for order in ["88240", "66012"] {
+            assert!(db.refunds_for(order).unwrap().is_empty());
+        }
+    }
+
+    #[tokio::test]
     async fn second_refund_of_an_order_is_rejected() {
         let (db, registry) = shop();
         let refund = json!({"orderId": "88231", "reason": "broken"});

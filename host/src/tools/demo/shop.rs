@@ -640,10 +640,7 @@ impl DemoDb {
         let order = find_order(&tx, order_id)?;
         ensure_not_refunded(&tx, &order, AfterSaleKind::Refund)?;
         if order.status != OrderStatus::Delivered {
-            return Err(OpError::Rejected(format!(
-                "order {order_id} is {}; a refund needs the order to be delivered",
-                order.status
-            )));
+            return Err(OpError::Rejected(not_refundable(order_id, order.status)));
         }
         // Any open ticket, an exchange or a repair too: refunded meanwhile,
         // the item would be paid back and also replaced or repaired.
@@ -1311,6 +1308,26 @@ fn usable_coupon_discount(
         )));
     }
     Ok(discount)
+}
+
+/// Why an order in `status` (not delivered) cannot be refunded, and what
+/// the shop's policy (knowledge article KB001) offers instead.
+fn not_refundable(order_id: &str, status: OrderStatus) -> String {
+    match status {
+        OrderStatus::PendingPayment => format!(
+            "order {order_id} has not been paid; there is nothing to refund (an unpaid order can \
+             be cancelled)"
+        ),
+        OrderStatus::Paid => format!(
+            "order {order_id} is paid and not shipped yet; it is cancelled instead of refunded, \
+             and the payment goes back automatically"
+        ),
+        OrderStatus::Cancelled => format!(
+            "order {order_id} is cancelled; a payment it had went back when it was cancelled, so \
+             there is nothing to refund"
+        ),
+        other => format!("order {order_id} is {other}; a refund needs the order to be delivered"),
+    }
 }
 
 #[cfg(test)]
