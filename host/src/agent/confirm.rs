@@ -101,11 +101,6 @@ impl Confirmations {
         self.lock().get(id).map(|slot| slot.pending.clone())
     }
 
-    /// Whether the confirmation `id` still waits for an answer.
-    pub fn is_pending(&self, id: &str) -> bool {
-        self.lock().contains_key(id)
-    }
-
     /// A watch on the confirmation `id`, if it is waiting: it tells when the
     /// confirmation stops waiting, and whether an answer ended it.
     pub fn watch(&self, id: &str) -> Option<ConfirmationWatch> {

@@ -70,19 +70,14 @@ pub enum Resolution {
 impl Serialize for Resolution {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        match self {
-            Self::Approved | Self::Withdrawn => {
-                let mut map = serializer.serialize_map(Some(1))?;
-                let decision = if *self == Self::Approved {
-                    "approved"
-                } else {
-                    "withdrawn"
-                };
-                map.serialize_entry("decision", decision)?;
-                map.end()
-            }
-            Self::Declined(declined) => declined.serialize(serializer),
-        }
+        let decision = match self {
+            Self::Approved => "approved",
+            Self::Withdrawn => "withdrawn",
+            Self::Declined(declined) => return declined.serialize(serializer),
+        };
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("decision", decision)?;
+        map.end()
     }
 }
 

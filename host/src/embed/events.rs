@@ -92,8 +92,7 @@ pub(super) struct Observers {
 impl Observers {
     /// Observers of a host whose skills run on `runtime`.
     pub(super) fn new(tools: Arc<ToolRegistry>, runtime: Runtime) -> Self {
-        let mut metrics = HostMetrics::new();
-        metrics.observe_instances(runtime);
+        let metrics = HostMetrics::observing(runtime);
         Self {
             metrics,
             events: broadcast::channel(EVENT_BUFFER).0,

@@ -226,19 +226,25 @@ impl Default for HostMetrics {
 impl HostMetrics {
     /// Every family registered, all at zero.
     pub fn new() -> Self {
+        Self::with_runtime(None)
+    }
+
+    /// Like [`HostMetrics::new`], with the instance pool's gauges, read from
+    /// `runtime` at each scrape.
+    pub(super) fn observing(runtime: Runtime) -> Self {
+        Self::with_runtime(Some(runtime))
+    }
+
+    fn with_runtime(runtime: Option<Runtime>) -> Self {
         let mut metrics = Self {
             registry: Registry::default(),
             families: Families::default(),
-            runtime: None,
+            runtime,
         };
-        metrics.registry = metrics.registered_in(Registry::default());
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        metrics.registry = registry;
         metrics
-    }
-
-    /// Adds the instance pool's gauges, read from `runtime` at each scrape.
-    pub(super) fn observe_instances(&mut self, runtime: Runtime) {
-        self.runtime = Some(runtime);
-        self.registry = self.registered_in(Registry::default());
     }
 
     /// Registers these metrics in `registry`, under the prefix `skillhost`,
@@ -246,11 +252,6 @@ impl HostMetrics {
     /// the same values [`HostMetrics::encode`] shows, as they change.
     pub fn register(&self, registry: &mut Registry) {
         self.register_families(registry.sub_registry_with_prefix(PREFIX));
-    }
-
-    fn registered_in(&self, mut registry: Registry) -> Registry {
-        self.register(&mut registry);
-        registry
     }
 
     fn register_families(&self, registry: &mut Registry) {

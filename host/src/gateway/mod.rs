@@ -210,11 +210,11 @@ impl fmt::Debug for GatewayConfig {
 /// The options of a run a request starts: the [`ToolContext`] an
 /// application attached to the request, if any (see the module docs).
 fn run_options(context: Option<Extension<ToolContext>>) -> RunOptions {
-    let options = RunOptions::new();
-    match context {
-        Some(Extension(context)) => options.context(context),
-        None => options,
-    }
+    RunOptions::new().context(
+        context
+            .map(|Extension(context)| context)
+            .unwrap_or_default(),
+    )
 }
 
 /// A host served over HTTP. Cheap to clone.

@@ -27,8 +27,8 @@ use super::errors::{ApiError, ErrorType};
 use super::openai::CompletionMeta;
 
 /// A run the gateway drives; aborted when dropped while it still runs,
-/// unless a person's answer resumed it ([`OwnedRun::outlive_its_request`])
-/// and it has not waited for another since ([`OwnedRun::abort_when_dropped`]).
+/// unless a person's answer resumed it ([`Resumable::answered`]) and it has
+/// not waited for another since ([`Resumable::waiting`]).
 pub struct OwnedRun<T: Send + 'static> {
     handle: Option<RunHandle<T>>,
     /// Tokens of the run so far (see [`OwnedRun::usage`]), from its usage
@@ -120,19 +120,6 @@ impl<T: Send + 'static> OwnedRun<T> {
         };
         Progress::Finished { result, usage }
     }
-
-    /// Lets the run go on to its end even if the request driving it goes
-    /// away: what a person approved (or rejected) is carried out whether or
-    /// not their client stays to read the result.
-    fn outlive_its_request(&mut self) {
-        self.abort_on_drop = false;
-    }
-
-    /// Makes the run stop when dropped again: it waits for the next
-    /// answer, and a run dropped unanswered is one nobody can take back.
-    fn abort_when_dropped(&mut self) {
-        self.abort_on_drop = true;
-    }
 }
 
 impl<T: Send + 'static> Drop for OwnedRun<T> {
@@ -193,36 +180,35 @@ impl From<InvokeRun> for Parked {
 }
 
 /// A run that a person's answer can resume.
-pub trait Resumable: Into<Parked> {
+pub trait Resumable: Into<Parked> + Sized {
+    /// Whether dropping the run aborts it (see [`OwnedRun`]).
+    fn abort_on_drop(&mut self, abort: bool);
+
     /// The run, resumed by an answer: it goes on to its end even if the
-    /// request driving it goes away.
-    fn answered(self) -> Self;
-
-    /// The run, waiting for an answer again: dropped, it is aborted.
-    fn waiting(self) -> Self;
-}
-
-impl Resumable for ChatRun {
+    /// request driving it goes away, so what a person approved (or
+    /// rejected) is carried out whether or not their client stays.
     fn answered(mut self) -> Self {
-        self.run.outlive_its_request();
+        self.abort_on_drop(false);
         self
     }
 
+    /// The run, waiting for an answer again: dropped, it is aborted, since
+    /// nobody could take it back.
     fn waiting(mut self) -> Self {
-        self.run.abort_when_dropped();
+        self.abort_on_drop(true);
         self
+    }
+}
+
+impl Resumable for ChatRun {
+    fn abort_on_drop(&mut self, abort: bool) {
+        self.run.abort_on_drop = abort;
     }
 }
 
 impl Resumable for InvokeRun {
-    fn answered(mut self) -> Self {
-        self.run.outlive_its_request();
-        self
-    }
-
-    fn waiting(mut self) -> Self {
-        self.run.abort_when_dropped();
-        self
+    fn abort_on_drop(&mut self, abort: bool) {
+        self.run.abort_on_drop = abort;
     }
 }
 
