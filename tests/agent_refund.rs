@@ -1013,3 +1013,87 @@ async fn every_tool_a_run_calls_is_handed_what_its_embedder_attached() {
         "{calls:?}"
     );
 }
+
+/// A tool that says when it is called, and runs only once the test lets it.
+struct Held {
+    inner: Arc<dyn Tool>,
+    called: Arc<tokio::sync::Notify>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+#[async_trait::async_trait]
+impl Tool for Held {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+
+    async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        self.called.notify_one();
+        let _pass = self.gate.acquire().await.expect("the gate stays open");
+        self.inner.invoke(context, arguments).await
+    }
+}
+
+#[tokio::test]
+async fn a_run_is_at_work_from_its_approval_to_its_end_and_not_while_it_waits() {
+    use futures::FutureExt as _;
+
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let called = Arc::new(tokio::sync::Notify::new());
+    let (held, reached) = (gate.clone(), called.clone());
+    let shop = Shop::new(
+        move |db| {
+            article_003_tools(db)
+                .into_iter()
+                .map(|inner| match inner.spec().name.as_str() {
+                    "applyRefund" => Arc::new(Held {
+                        inner,
+                        called: reached.clone(),
+                        gate: held.clone(),
+                    }) as Arc<dyn Tool>,
+                    _ => inner,
+                })
+                .collect()
+        },
+        &["processRefund"],
+    )
+    .await;
+    let agent = Agent::builder(shop.skills.clone()).build().unwrap();
+    assert!(agent.idle().now_or_never().is_some(), "no run yet");
+
+    let mut run = agent
+        .start_skill(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .unwrap();
+    assert_eq!(agent.runs_at_work(), 1, "counted from its start");
+    let pending = loop {
+        match run.events.recv().await.expect("the run waits for approval") {
+            AgentEvent::ConfirmationPending(pending) => break pending,
+            _ => continue,
+        }
+    };
+    // Waiting for a person, it does not hold a shutdown up.
+    assert_eq!(agent.runs_at_work(), 0);
+    assert!(agent.idle().now_or_never().is_some());
+
+    // Approved, it is at work again before its task has even woken.
+    agent.confirmations().approve(pending.id.as_str()).unwrap();
+    assert_eq!(agent.runs_at_work(), 1);
+    let mut idle = Box::pin(agent.idle());
+    assert!((&mut idle).now_or_never().is_none());
+
+    // It stays at work while the approved call runs, and is idle once it ends.
+    called.notified().await;
+    assert!((&mut idle).now_or_never().is_none());
+    gate.add_permits(1);
+    idle.await;
+    assert!(run.has_ended());
+    let output = run.result().await.unwrap();
+    assert!(
+        matches!(output.outcome, CallOutcome::Done { .. }),
+        "{output:?}"
+    );
+    assert_eq!(shop.db.refunds_for("88231").unwrap().len(), 1);
+}

@@ -887,6 +887,18 @@ fn said(line: &str) -> String {
     }
 }
 
+/// The rest of a serve's stderr, to its end, one line after another.
+async fn read_to_end(
+    stderr: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+) -> String {
+    let mut said = String::new();
+    while let Ok(Some(line)) = stderr.next_line().await {
+        said.push_str(&line);
+        said.push('\n');
+    }
+    said
+}
+
 /// Sends SIGTERM to `child`.
 async fn terminate(child: &tokio::process::Child) {
     let pid = child.id().expect("still running").to_string();
@@ -901,12 +913,35 @@ async fn terminate(child: &tokio::process::Child) {
 #[tokio::test]
 async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
     let work = Workdir::new();
-    // Nothing in flight: a clean exit.
-    let Serving { child: serve, .. } =
-        serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled())).await;
+    // Nothing at work, only a run waiting for an answer: a clean exit,
+    // saying which call goes unanswered.
+    let Serving {
+        child: mut serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled())).await;
+    let parked = reqwest::Client::new()
+        .post(format!("{base}/v1/skills/processRefund/invoke"))
+        .json(&json!({"orderId": "88231", "reason": "broken"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(parked.status(), reqwest::StatusCode::ACCEPTED);
     terminate(&serve).await;
-    let status = serve.wait_with_output().await.unwrap().status;
+    let status = tokio::time::timeout(Duration::from_secs(20), serve.wait())
+        .await
+        .expect("a waiting run does not hold the exit up")
+        .unwrap();
     assert_eq!(status.code(), Some(0));
+    let said = read_to_end(&mut stderr).await;
+    assert!(
+        said.contains(
+            "1 confirmation(s) still waiting are withdrawn with their runs: applyRefund: orderId \
+             '88231', reason 'broken'"
+        ),
+        "{said}"
+    );
 
     // A chat whose model takes longer than the grace.
     let llm = ScriptedLlm::start(vec![Step::text("late").delay(Duration::from_secs(30))]).await;
@@ -941,11 +976,7 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
         .expect("exits after the grace")
         .unwrap();
     assert_eq!(status.code(), Some(1));
-    let mut said = String::new();
-    while let Ok(Some(line)) = stderr.next_line().await {
-        said.push_str(&line);
-        said.push('\n');
-    }
+    let said = read_to_end(&mut stderr).await;
     assert!(said.contains("did not finish within 1s"), "{said}");
     chat.abort();
 }
@@ -1017,7 +1048,10 @@ async fn serve_with_json_logs_writes_nothing_but_json_lines_from_start_to_shutdo
         ),
         ("INFO", "no LLM: chat completions answer 503"),
         ("INFO", "skillhost serving on http://"),
-        ("INFO", "shutting down: letting in-flight requests finish"),
+        (
+            "INFO",
+            "shutting down: letting in-flight requests and runs finish",
+        ),
     ];
     assert_eq!(told.len(), expected.len(), "{told:#?}");
     for ((level, message), (expected_level, start)) in told.iter().zip(expected) {

@@ -198,6 +198,21 @@ impl Served {
         self.stop.take().expect("running").send(()).unwrap();
     }
 
+    /// Tells the server to shut down gracefully and waits until it refuses
+    /// new connections: the shutdown is under way.
+    async fn shutdown_under_way(&mut self) {
+        self.begin_shutdown();
+        let url = self.url("/healthz");
+        let refusing = async {
+            while reqwest::get(&url).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), refusing)
+            .await
+            .expect("the gateway kept accepting connections after the shutdown began");
+    }
+
     /// Waits for the server to have stopped.
     async fn stopped(self) {
         self.server.await.unwrap().unwrap();
@@ -1667,16 +1682,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
         .await
         .expect("the request never reached the model");
     let url = served.url("/healthz");
-    served.begin_shutdown();
-    // The shutdown is under way once new connections are refused.
-    let refusing = async {
-        while reqwest::get(&url).await.is_ok() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), refusing)
-        .await
-        .expect("the gateway kept accepting connections after the shutdown began");
+    served.shutdown_under_way().await;
     // Still in flight: the model has not answered.
     assert!(!in_flight.is_finished());
     let _ = answer.send(());
@@ -1686,6 +1692,66 @@ async fn shutdown_lets_in_flight_requests_finish() {
     assert_eq!(body["choices"][0]["message"]["content"], "finished");
     // Nothing is accepted after the shutdown.
     assert!(reqwest::get(url).await.is_err());
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_a_run_answered_with_nobody_reading_it() {
+    // The model answers the approved run only once the shutdown is under way.
+    let (answer, gate) = oneshot::channel();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        refund_call(),
+        Step::text("Refunded.").held_until(gate),
+    ])
+    .await;
+    let mut served = Served::with_llm(&llm).await;
+    let (_, first) = served.chat(REFUND_REQUEST).await;
+    let (_, second) = served.chat(REFUND_REQUEST).await;
+    let approved = pending_confirmation(&first);
+    let waiting = pending_confirmation(&second);
+    // Approved in the embedder's code, the parked run goes on with no
+    // request reading it.
+    served
+        .host
+        .approve(approved["id"].as_str().unwrap())
+        .expect("approved through the library");
+    let reached = async {
+        while llm.requests().len() < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reached)
+        .await
+        .expect("the approved run never went back to the model");
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+
+    served.shutdown_under_way().await;
+    // No request is left, but the approved run is at work: the gateway
+    // still serves it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !served.server.is_finished(),
+        "the shutdown cut off a run at work"
+    );
+    assert_eq!(served.host.runs_at_work(), 1);
+    // The run waiting for an answer does not hold the shutdown up.
+    let still_waiting: Vec<_> = served
+        .host
+        .confirmations()
+        .pending()
+        .into_iter()
+        .map(|pending| pending.id.to_string())
+        .collect();
+    assert_eq!(still_waiting, [waiting["id"].as_str().unwrap()]);
+
+    // Once the approved run ends, the shutdown ends; the waiting run goes
+    // with the gateway that parked it.
+    let host = served.host.clone();
+    let _ = answer.send(());
+    served.stopped().await;
+    assert_eq!(host.runs_at_work(), 0);
+    assert_eq!(llm.remaining(), 0);
+    assert!(host.confirmations().pending().is_empty());
 }
 
 /// A stand-in for a team's existing REST service: a customer lookup that

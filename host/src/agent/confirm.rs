@@ -25,6 +25,7 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+use super::activity::{Activity, Waiting};
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
 use super::ids::RunId;
@@ -70,6 +71,9 @@ struct Slot {
     /// Set when an answer removes the slot; dropped with it however it
     /// goes (see [`ConfirmationWatch`]).
     answered: watch::Sender<bool>,
+    /// Counts the run as waiting while the slot stays: it is back at work
+    /// the moment an answer (or its expiry, or its end) removes the slot.
+    _waiting: Waiting,
 }
 
 /// The pending confirmations of all runs of one agent. Cheap to clone;
@@ -77,6 +81,8 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Confirmations {
     slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
+    /// The runs these confirmations belong to, and which of them wait.
+    activity: Activity,
 }
 
 impl Confirmations {
@@ -126,6 +132,7 @@ impl Confirmations {
             pending,
             answer: to,
             answered,
+            ..
         } = slots
             .remove(id)
             .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
@@ -170,6 +177,7 @@ impl Confirmations {
                 pending: pending.clone(),
                 answer,
                 answered: watch::Sender::new(false),
+                _waiting: self.activity.waiting(),
             },
         );
         Ticket {
@@ -178,6 +186,11 @@ impl Confirmations {
             receiver,
             expiry,
         }
+    }
+
+    /// The runs of the agent these confirmations belong to.
+    pub(super) fn activity(&self) -> &Activity {
+        &self.activity
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<ConfirmationId, Slot>> {

@@ -55,6 +55,7 @@
 //!   readings ([`crate::runtime::WasiSources`]), so deterministic steps make
 //!   the same calls again.
 
+mod activity;
 mod config;
 mod confirm;
 mod events;

@@ -140,6 +140,7 @@ impl<T: Send + 'static> RunHandle<T> {
         F: Future<Output = Result<T, AgentError>> + Send + 'static,
     {
         let end = EndOfRun(run.milestones.clone());
+        let running = run.agent.confirmations.activity().run_started();
         // A run's future holds a wasmtime call's state: kilobytes, which
         // tokio would otherwise copy whole each time it moves the task's
         // stage (spawn, completion, reading the output). Boxed, it moves once.
@@ -153,7 +154,7 @@ impl<T: Send + 'static> RunHandle<T> {
             events,
             milestones: run.milestones.clone(),
             task: tokio::spawn(async move {
-                let _end = end;
+                let (_end, _running) = (end, running);
                 body.await
             }),
         }

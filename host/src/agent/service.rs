@@ -213,6 +213,22 @@ impl Agent {
         &self.inner.confirmations
     }
 
+    /// Runs at work now: started and not ended, and not waiting for a
+    /// person's answer.
+    pub fn runs_at_work(&self) -> usize {
+        self.inner.confirmations.activity().at_work()
+    }
+
+    /// Resolves once no run is at work: every run has ended or waits for a
+    /// person's answer. What a shutdown waits for after its last request,
+    /// so that runs carried on with nobody reading them — approved by a
+    /// person whose client went away — finish what was approved. A run
+    /// that waits does not hold it up: it would wait until its expiry.
+    /// An answer puts its run back to work at once, before the run wakes.
+    pub fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.confirmations.activity().idle()
+    }
+
     /// What the main agent can be offered over the current skills.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.inner.catalog_for(&self.inner.skills.snapshot())

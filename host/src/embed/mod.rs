@@ -416,6 +416,20 @@ impl SkillHost {
         self.inner.agent.confirmations()
     }
 
+    /// Runs at work now (see [`Agent::runs_at_work`]).
+    pub fn runs_at_work(&self) -> usize {
+        self.inner.agent.runs_at_work()
+    }
+
+    /// Resolves once no run is at work: each has ended or waits for a
+    /// person's answer (see [`Agent::idle`]). Await it after your server's
+    /// graceful shutdown, before the process exits, so that approved runs
+    /// nobody reads any more finish; [`Gateway::serve`](crate::gateway::Gateway::serve)
+    /// does.
+    pub fn idle(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.agent.idle()
+    }
+
     /// Reloads, invocations and confirmations from now on. A subscriber
     /// that falls more than 1024 events behind misses the oldest and is
     /// told how many (`RecvError::Lagged`).

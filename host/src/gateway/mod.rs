@@ -95,7 +95,8 @@
 //!   answer at once; a run reaching a confirmation past it is aborted,
 //!   nothing written, and answered 503.
 //! - **Shutdown** ([`Gateway::serve`]): stop accepting, end event streams,
-//!   let in-flight requests finish.
+//!   let in-flight requests finish, then the runs still at work (answered,
+//!   with nobody reading them); runs parked on a confirmation are left.
 
 mod chat;
 mod cors;
@@ -302,8 +303,10 @@ impl Gateway {
 
     /// Serves on `listener` until `shutdown` completes, then shuts down
     /// gracefully: stops accepting, ends event streams, and returns once
-    /// in-flight requests (streamed chats included) have finished. Runs
-    /// parked on a confirmation do not hold the shutdown up.
+    /// in-flight requests (streamed chats included) have finished and no
+    /// run is at work ([`SkillHost::idle`]): a run approved by a client
+    /// that then went away finishes what was approved. Runs parked on a
+    /// confirmation do not hold the shutdown up.
     pub async fn serve(
         &self,
         listener: TcpListener,
@@ -315,7 +318,9 @@ impl Gateway {
                 shutdown.await;
                 gateway.close_streams();
             })
-            .await
+            .await?;
+        self.host().idle().await;
+        Ok(())
     }
 
     /// The host behind the gateway.

@@ -160,7 +160,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let mut first = signals.clone();
     let served = gateway.serve(listener, async move {
         let _ = first.wait_for(|&signals| signals >= 1).await;
-        console::say("shutting down: letting in-flight requests finish");
+        console::say("shutting down: letting in-flight requests and runs finish");
     });
     let grace = args
         .shutdown_grace
@@ -172,19 +172,38 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let cut_short = async move {
         let _ = later.wait_for(|&signals| signals >= 1).await;
         tokio::select! {
-            () = tokio::time::sleep(grace) => format!("in-flight requests did not finish within {grace:?}"),
+            () = tokio::time::sleep(grace) => format!("in-flight requests and runs did not finish within {grace:?}"),
             _ = later.wait_for(|&signals| signals >= 2) => "a second signal came".to_owned(),
         }
     };
     tokio::select! {
         served = served => {
             served.context("serving")?;
+            report_withdrawn(gateway.host());
             Ok(ExitCode::SUCCESS)
         }
         why = cut_short => {
-            console::warn(&format!("{why}; exiting with requests unfinished"));
+            console::warn(&format!("{why}; exiting with requests or runs unfinished"));
+            report_withdrawn(gateway.host());
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// Warns of the confirmations still waiting at exit: their runs end with
+/// the process, and their ids will not be known to the next one.
+fn report_withdrawn(host: &SkillHost) {
+    let waiting = host.confirmations().pending();
+    if !waiting.is_empty() {
+        let calls: Vec<&str> = waiting
+            .iter()
+            .map(|pending| pending.summary.as_str())
+            .collect();
+        console::warn(&format!(
+            "{} confirmation(s) still waiting are withdrawn with their runs: {}",
+            waiting.len(),
+            calls.join("; ")
+        ));
     }
 }
 
