@@ -1458,6 +1458,43 @@ async fn server_errors_tell_sdks_not_to_retry_and_a_refused_conversation_is_a_40
 }
 
 #[tokio::test]
+async fn a_failing_model_server_is_told_apart_by_whether_to_come_back_later() {
+    // Four attempts (three retries) rate limited, then a refused key, then
+    // a broken server.
+    let steps = (0..4)
+        .map(|_| Step::error(429, "Rate limit reached for requests"))
+        .chain([Step::error(401, "Incorrect API key provided")])
+        .chain((0..4).map(|_| Step::error(500, "The server had an error")));
+    let llm = ScriptedLlm::start(steps.collect()).await;
+    let served = Served::with_llm(&llm).await;
+
+    let (status, body) = served.chat("hi").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:#}");
+    let error = error_of(&body, "llm_rate_limited");
+    assert_eq!(error["type"], "service_unavailable_error");
+    assert!(
+        error["message"].as_str().unwrap().contains("429"),
+        "{error}"
+    );
+
+    let (status, body) = served.chat("hi").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body:#}");
+    let error = error_of(&body, "llm_key_refused");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key"),
+        "{error}"
+    );
+
+    let (status, body) = served.chat("hi").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body:#}");
+    error_of(&body, "llm_error");
+    assert_eq!(llm.remaining(), 0);
+}
+
+#[tokio::test]
 async fn bodies_over_the_limit_are_a_413() {
     let served = Served::with_config(GatewayConfig {
         body_limit: 1024,

@@ -176,12 +176,7 @@ impl From<AgentError> for ApiError {
                     },
                 ..
             } => Self::bad_request("llm_refused_conversation", message),
-            AgentError::Llm { .. } => Self::new(
-                StatusCode::BAD_GATEWAY,
-                ErrorType::UpstreamError,
-                "llm_error",
-                message,
-            ),
+            AgentError::Llm { cause, .. } => Self::upstream(&cause, message),
             AgentError::RoundLimit { .. } => Self::new(
                 StatusCode::BAD_GATEWAY,
                 ErrorType::UpstreamError,
@@ -210,6 +205,50 @@ impl From<AgentError> for ApiError {
                 message,
             ),
         }
+    }
+}
+
+impl ApiError {
+    /// The model's server failed (after the client's retries, for what is
+    /// worth retrying): told apart so that a client knows whether to come
+    /// back later and an operator sees in `http_errors` what to fix.
+    fn upstream(cause: &LlmError, message: String) -> Self {
+        let last = match cause {
+            LlmError::RetriesExhausted { last, .. } => last.as_ref(),
+            cause => cause,
+        };
+        let (status, error_type, code) = match last {
+            // Rate limited: the gateway is short of capacity for now.
+            LlmError::Http { status: 429, .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorType::ServiceUnavailableError,
+                "llm_rate_limited",
+            ),
+            // The operator's key or model access, not the client's.
+            LlmError::Http {
+                status: 401 | 403, ..
+            } => (
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "llm_key_refused",
+            ),
+            LlmError::Timeout { .. } => (
+                StatusCode::GATEWAY_TIMEOUT,
+                ErrorType::TimeoutError,
+                "llm_timeout",
+            ),
+            LlmError::Connect(_) => (
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "llm_unreachable",
+            ),
+            _ => (
+                StatusCode::BAD_GATEWAY,
+                ErrorType::UpstreamError,
+                "llm_error",
+            ),
+        };
+        Self::new(status, error_type, code, message)
     }
 }
 

@@ -84,7 +84,8 @@
 //! - **Errors** are OpenAI-style bodies, `{"error": {"message", "type",
 //!   "param", "code"}}`, with a 4xx for everything a client can fix (see
 //!   [`errors`]); a 5xx says `x-should-retry: false`, as a retry would run
-//!   a whole run again. A streamed chat's response starts once the model
+//!   a whole run again. The model's server failing is a 503 when it rate
+//!   limits, a 504 when it times out, else a 502, each with its own code. A streamed chat's response starts once the model
 //!   has answered: a run failing before (the model's server refused the
 //!   conversation or the key, a timeout) is answered with the error's
 //!   status; after it, the error is the stream's last chunk before
