@@ -1555,6 +1555,7 @@ async fn metrics_move_after_traffic() {
     assert_eq!(metric(&before, "skillhost_instance_slots"), Some(8.0));
     assert_eq!(metric(&before, "skillhost_instances_live"), Some(0.0));
     assert_eq!(metric(&before, "skillhost_instances_waiting"), Some(0.0));
+    assert_eq!(metric(&before, "skillhost_runs_at_work"), Some(0.0));
 
     served
         .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
@@ -1761,6 +1762,10 @@ async fn shutdown_waits_for_a_run_answered_with_nobody_reading_it() {
         .await
         .expect("the approved run never went back to the model");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    // The approved run is at work, the other waits.
+    let metrics = served.http.get(served.url("/metrics")).send().await;
+    let metrics = metrics.unwrap().text().await.unwrap();
+    assert_eq!(metric(&metrics, "skillhost_runs_at_work"), Some(1.0));
 
     served.shutdown_under_way().await;
     // No request is left, but the approved run is at work: the gateway

@@ -189,7 +189,7 @@ impl Confirmations {
     }
 
     /// The runs of the agent these confirmations belong to.
-    pub(super) fn activity(&self) -> &Activity {
+    pub(crate) fn activity(&self) -> &Activity {
         &self.activity
     }
 

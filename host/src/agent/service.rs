@@ -125,6 +125,7 @@ pub struct AgentBuilder {
     llm: Option<LlmClient>,
     config: AgentConfig,
     observer: Option<RunObserver>,
+    confirmations: Confirmations,
 }
 
 impl AgentBuilder {
@@ -160,6 +161,13 @@ impl AgentBuilder {
         self
     }
 
+    /// Opens the runs' confirmations in `confirmations`, which the caller
+    /// already shares (the host's metrics read it before the agent exists).
+    pub(crate) fn confirmations(mut self, confirmations: Confirmations) -> Self {
+        self.confirmations = confirmations;
+        self
+    }
+
     /// The agent; an error when its confirmation policy names a tool that
     /// is not registered.
     pub fn build(self) -> Result<Agent, UnknownPolicyTool> {
@@ -176,7 +184,7 @@ impl AgentBuilder {
                 tools,
                 skills: self.skills,
                 config: self.config,
-                confirmations: Confirmations::default(),
+                confirmations: self.confirmations,
                 observer: self.observer,
                 catalog: Mutex::new(None),
             }),
@@ -195,6 +203,7 @@ impl Agent {
             llm: None,
             config: AgentConfig::default(),
             observer: None,
+            confirmations: Confirmations::default(),
         }
     }
 

@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use super::metrics::HostMetrics;
+use super::metrics::{HostMetrics, Live};
 use crate::agent::{
     AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
     SkillPath,
 };
-use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
 use crate::tools::ToolRegistry;
 
@@ -90,9 +89,9 @@ pub(super) struct Observers {
 }
 
 impl Observers {
-    /// Observers of a host whose skills run on `runtime`.
-    pub(super) fn new(tools: Arc<ToolRegistry>, runtime: Runtime) -> Self {
-        let metrics = HostMetrics::observing(runtime);
+    /// Observers of a host whose gauges read `live`.
+    pub(super) fn new(tools: Arc<ToolRegistry>, live: Live) -> Self {
+        let metrics = HostMetrics::observing(live);
         Self {
             metrics,
             events: broadcast::channel(EVENT_BUFFER).0,

@@ -20,6 +20,7 @@
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
 //! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
 //! | `skillhost_instances_waiting` | | invocations and loads waiting for a free slot |
+//! | `skillhost_runs_at_work` | | runs started and not ended, less those waiting for a person: what a shutdown waits for |
 //! | `skillhost_http_requests_total` | `route`, `method` (standard methods, else `other`), `status` | gateway requests |
 //! | `skillhost_http_request_duration_seconds` | `route` | gateway latency until the response starts |
 //! | `skillhost_http_errors_total` | `code` | gateway error responses by error code |
@@ -37,7 +38,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 pub use prometheus_client::registry::Registry;
 
 use crate::agent::llm::Usage;
-use crate::agent::{CallOutcome, Caller, Declined, Resolution};
+use crate::agent::{CallOutcome, Caller, Confirmations, Declined, Resolution};
 use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, ReloadOutcome, SkillName};
 
@@ -125,19 +126,27 @@ struct CodeLabel {
     code: &'static str,
 }
 
-/// The instance pool's gauges: read at each scrape, so they are never stale.
-struct InstanceSlotsCollector(Runtime);
+/// What the gauges read at each scrape, so that they are never stale: the
+/// instance pool, and the runs (through their confirmations, which know
+/// which runs wait).
+#[derive(Clone)]
+pub(super) struct Live {
+    pub(super) runtime: Runtime,
+    pub(super) confirmations: Confirmations,
+}
 
-impl std::fmt::Debug for InstanceSlotsCollector {
+/// The gauges read from [`Live`].
+struct LiveGauges(Live);
+
+impl std::fmt::Debug for LiveGauges {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("InstanceSlotsCollector")
-            .finish_non_exhaustive()
+        f.debug_tuple("LiveGauges").finish_non_exhaustive()
     }
 }
 
-impl Collector for InstanceSlotsCollector {
+impl Collector for LiveGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let slots = self.0.instance_slots();
+        let slots = self.0.runtime.instance_slots();
         for (name, help, value) in [
             (
                 "instance_slots",
@@ -153,6 +162,11 @@ impl Collector for InstanceSlotsCollector {
                 "instances_waiting",
                 "Invocations and loads waiting for a free instance slot or room in the pool",
                 slots.waiting,
+            ),
+            (
+                "runs_at_work",
+                "Runs started and not ended, less those waiting for a person's answer",
+                self.0.confirmations.activity().at_work(),
             ),
         ] {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
@@ -171,8 +185,8 @@ impl Collector for InstanceSlotsCollector {
 pub struct HostMetrics {
     registry: Registry,
     families: Families,
-    /// Read for the instance pool's gauges at each scrape.
-    runtime: Option<Runtime>,
+    /// Read for the gauges at each scrape.
+    live: Option<Live>,
 }
 
 /// The families a host records into; cloning one shares its values.
@@ -226,20 +240,20 @@ impl Default for HostMetrics {
 impl HostMetrics {
     /// Every family registered, all at zero.
     pub fn new() -> Self {
-        Self::with_runtime(None)
+        Self::with_live(None)
     }
 
-    /// Like [`HostMetrics::new`], with the instance pool's gauges, read from
-    /// `runtime` at each scrape.
-    pub(super) fn observing(runtime: Runtime) -> Self {
-        Self::with_runtime(Some(runtime))
+    /// Like [`HostMetrics::new`], with the gauges of the instance pool and
+    /// the runs, read from `live` at each scrape.
+    pub(super) fn observing(live: Live) -> Self {
+        Self::with_live(Some(live))
     }
 
-    fn with_runtime(runtime: Option<Runtime>) -> Self {
+    fn with_live(live: Option<Live>) -> Self {
         let mut metrics = Self {
             registry: Registry::default(),
             families: Families::default(),
-            runtime,
+            live,
         };
         let mut registry = Registry::default();
         metrics.register(&mut registry);
@@ -312,8 +326,8 @@ impl HostMetrics {
             "Gateway error responses by error code",
             families.http_errors,
         );
-        if let Some(runtime) = &self.runtime {
-            registry.register_collector(Box::new(InstanceSlotsCollector(runtime.clone())));
+        if let Some(live) = &self.live {
+            registry.register_collector(Box::new(LiveGauges(live.clone())));
         }
     }
 

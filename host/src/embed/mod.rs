@@ -267,7 +267,13 @@ impl SkillHostBuilder {
             )
             .await?,
         );
-        let observers = Arc::new(Observers::new(tools, skills.runtime().clone()));
+        // Made before the agent, so that the metrics can read its runs.
+        let confirmations = Confirmations::default();
+        let live = metrics::Live {
+            runtime: skills.runtime().clone(),
+            confirmations: confirmations.clone(),
+        };
+        let observers = Arc::new(Observers::new(tools, live));
         observers.metrics.set_skills_loaded(skills.snapshot().len());
         // Subscribed here, before the watcher starts, not in the task (which
         // may first run after the watcher's first events): no change is missed.
@@ -284,6 +290,7 @@ impl SkillHostBuilder {
         let tracked = observers.clone();
         let mut agent = Agent::builder(skills.clone())
             .config(self.agent)
+            .confirmations(confirmations)
             .observe_runs(Arc::new(move |run| tracked.track(run)));
         if let Ok(llm) = &llm {
             agent = agent.llm(llm.clone());
