@@ -1830,9 +1830,15 @@ async fn crm_service() -> String {
     ) -> axum::Json<Value> {
         axum::Json(json!({"ticket": "TK1", "customerId": id, "received": body}))
     }
+    /// Who the request says it acts for.
+    async fn whoami(headers: HeaderMap) -> axum::Json<Value> {
+        let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+        axum::Json(json!({"authorization": header("authorization"), "userId": header("x-user-id")}))
+    }
     let app = Router::new()
         .route("/api/customers/{id}", get(customer))
-        .route("/api/customers/{id}/tickets", post(ticket));
+        .route("/api/customers/{id}/tickets", post(ticket))
+        .route("/api/whoami", get(whoami));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -1876,6 +1882,103 @@ fn crm_tools(base: &str, token: Option<&str>) -> Vec<Arc<dyn Tool>> {
             Arc::new(tool) as Arc<dyn Tool>
         })
         .collect()
+}
+
+#[tokio::test]
+async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
+    let crm = crm_service().await;
+    let who_am_i = || {
+        let config: HttpToolConfig = serde_json::from_value(json!({
+            "name": "whoAmI", "description": "Who the CRM sees.", "access": "read",
+            "url": format!("{crm}/api/whoami"),
+            "forward_headers": ["X-User-Id", "Authorization"],
+            "parameters": {"type": "object", "properties": {}},
+        }))
+        .unwrap();
+        vec![Arc::new(HttpTool::new(config, |_| None).unwrap()) as Arc<dyn Tool>]
+    };
+    let forward = vec![
+        "x-user-id".parse().unwrap(),
+        "authorization".parse().unwrap(),
+    ];
+    // What the model read back from its one call of the chat `chat`.
+    let call_result = |llm: &ScriptedLlm, chat: usize| {
+        llm.requests()[chat * 2 + 1].messages().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let chat_as = |served: &Served, headers: &[(&str, &str)]| {
+        let mut request = served
+            .http
+            .post(served.url("/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": "who am I?"}]}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move { read(request.send().await.unwrap()).await }
+    };
+    let script = || {
+        (0..3)
+            .flat_map(|_| [Step::tool_call("whoAmI", json!({})), Step::text("done")])
+            .collect()
+    };
+
+    // Behind a proxy that authenticates users, the gateway has no keys of
+    // its own: the user's headers go on to the tools that forward them.
+    let llm = ScriptedLlm::start(script()).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: who_am_i(),
+        config: GatewayConfig {
+            forward_headers: forward.clone(),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let user = [
+        ("X-User-Id", "agent-7"),
+        ("Authorization", "Bearer user-token"),
+        ("Cookie", "session=not-for-tools"),
+    ];
+    let (status, _) = chat_as(&served, &user).await;
+    assert_eq!(status, StatusCode::OK);
+    let seen: Value = serde_json::from_str(&call_result(&llm, 0)).unwrap();
+    assert_eq!(
+        seen,
+        json!({"authorization": "Bearer user-token", "userId": "agent-7"})
+    );
+    // A request naming nobody: the call fails, unsent, and the model is told.
+    let (status, _) = chat_as(&served, &[]).await;
+    assert_eq!(status, StatusCode::OK);
+    let refused = call_result(&llm, 1);
+    assert!(
+        refused.contains("`x-user-id` header") && refused.contains("did not carry one"),
+        "{refused}"
+    );
+
+    // A gateway with keys never forwards the one its client sent.
+    let llm = ScriptedLlm::start(script()).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: who_am_i(),
+        config: GatewayConfig {
+            api_keys: vec!["k1".into()],
+            forward_headers: forward,
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let (status, _) = chat_as(
+        &served,
+        &[("X-User-Id", "agent-7"), ("Authorization", "Bearer k1")],
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let refused = call_result(&llm, 0);
+    assert!(refused.contains("`authorization` header"), "{refused}");
 }
 
 #[tokio::test]

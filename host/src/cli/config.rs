@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use reqwest::header::{AUTHORIZATION, HeaderName};
 use serde::Deserialize;
 
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
@@ -61,9 +62,32 @@ pub struct ServerSection {
     pub max_parked_runs: Option<usize>,
     pub allowed_hosts: Option<Vec<String>>,
     pub cors_origins: Option<Vec<CorsOrigin>>,
+    /// See [`ServerSection::forward_headers`].
+    forward_headers: Option<Vec<String>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
+}
+
+impl ServerSection {
+    /// `forward_headers` as header names. `Authorization` is refused when
+    /// the gateway has keys (`with_keys`): it carries them.
+    pub fn forward_headers(&self, with_keys: bool) -> anyhow::Result<Vec<HeaderName>> {
+        let mut names = Vec::new();
+        for name in self.forward_headers.iter().flatten() {
+            let name = HeaderName::try_from(name.as_str())
+                .with_context(|| format!("[server] forward_headers: `{name}`"))?;
+            if name == AUTHORIZATION && with_keys {
+                anyhow::bail!(
+                    "[server] forward_headers names Authorization, which carries this gateway's \
+                     API keys: HTTP tools would send them on. Forward the end user's identity in \
+                     a header of its own"
+                );
+            }
+            names.push(name);
+        }
+        Ok(names)
+    }
 }
 
 /// `[agent]`.
@@ -352,6 +376,32 @@ mod tests {
         let file = ConfigFile::parse("[confirmation]\nexpiry_secs = 2592000\n").unwrap();
         let policy = file.agent_config(None).confirmation;
         assert_eq!(policy.expiry, MAX_EXPIRY);
+    }
+
+    #[test]
+    fn forwarded_headers_are_header_names_and_never_the_gateways_key() {
+        let server = |names: &str| {
+            ConfigFile::parse(&format!("[server]\nforward_headers = {names}\n"))
+                .unwrap()
+                .server
+        };
+        let names = server(r#"["X-User-Id", "Authorization"]"#);
+        assert_eq!(
+            names.forward_headers(false).unwrap(),
+            [HeaderName::from_static("x-user-id"), AUTHORIZATION]
+        );
+        let error = names.forward_headers(true).unwrap_err().to_string();
+        assert!(error.contains("carries this gateway's API keys"), "{error}");
+        let error = server(r#"["X User"]"#).forward_headers(false).unwrap_err();
+        assert!(format!("{error:#}").contains("`X User`"), "{error:#}");
+        assert!(
+            ConfigFile::parse(EXAMPLE)
+                .unwrap()
+                .server
+                .forward_headers(true)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

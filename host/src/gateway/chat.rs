@@ -3,11 +3,11 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,9 +17,8 @@ use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status, StreamOptions};
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
-use super::{AppState, Mount, run_options};
+use super::{AppState, Mount, RunStart};
 use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
-use crate::tools::ToolContext;
 
 /// OpenAI chat completions with the agent behind them: one run over the
 /// request's messages, answered as one completion, or as SSE chunks with
@@ -28,7 +27,7 @@ use crate::tools::ToolContext;
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     mount: Mount,
-    context: Option<Extension<ToolContext>>,
+    RunStart(options): RunStart,
     ApiJson(request): ApiJson<ChatCompletionRequest>,
 ) -> Result<Response, ApiError> {
     let stream = request.streams();
@@ -45,7 +44,6 @@ pub async fn chat_completions(
             ));
         }
     };
-    let options = run_options(context);
     let options = if stream { options.streaming() } else { options };
     let handle = state.host.chat_with(messages, options)?;
     let chat = ChatRun {

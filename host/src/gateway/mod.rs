@@ -66,6 +66,13 @@
 //! the arguments. It stays with the run: the request answering a
 //! confirmation cannot change it.
 //!
+//! Without code of its own, a deployment can pass request headers on to
+//! HTTP tools instead: those [`GatewayConfig::forward_headers`] names are
+//! put in the run's context as a [`Forwarded`], and an HTTP tool sends on
+//! those its own `forward_headers` lists (the end user's id, set by the
+//! proxy in front). With keys configured, `Authorization` carries the
+//! gateway's key and is never forwarded.
+//!
 //! # Safety at the edge
 //!
 //! - **Keys** ([`GatewayConfig`]): with API keys configured, API routes need
@@ -114,7 +121,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, OriginalUri, Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderName, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -127,6 +134,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use crate::agent::RunOptions;
 use crate::embed::SkillHost;
 use crate::tools::ToolContext;
+use crate::tools::http::Forwarded;
 pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 use runs::Parking;
@@ -173,6 +181,14 @@ pub struct GatewayConfig {
     /// none — browsers keep pages of other origins from reading any
     /// response. Keys still guard the routes; there is no wildcard.
     pub cors_origins: Vec<CorsOrigin>,
+    /// Request headers a chat or an invocation passes on to the HTTP tools
+    /// its run calls (as a [`Forwarded`] in the run's [`ToolContext`],
+    /// beside what an application attached; each tool sends only those its
+    /// own `forward_headers` lists). Forward only headers the proxy in
+    /// front sets or checks: a client can send any. `Authorization` is not
+    /// forwarded while keys are configured, since it carries the gateway's
+    /// key. Default: none.
+    pub forward_headers: Vec<HeaderName>,
 }
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
@@ -188,6 +204,7 @@ impl Default for GatewayConfig {
             max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
+            forward_headers: Vec::new(),
         }
     }
 }
@@ -205,18 +222,43 @@ impl fmt::Debug for GatewayConfig {
             .field("max_parked_runs", &self.max_parked_runs)
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
+            .field("forward_headers", &self.forward_headers)
             .finish()
     }
 }
 
 /// The options of a run a request starts: the [`ToolContext`] an
-/// application attached to the request, if any (see the module docs).
-fn run_options(context: Option<Extension<ToolContext>>) -> RunOptions {
-    RunOptions::new().context(
-        context
-            .map(|Extension(context)| context)
-            .unwrap_or_default(),
-    )
+/// application attached to the request, if any, with the headers
+/// [`GatewayConfig::forward_headers`] names (see the module docs).
+struct RunStart(RunOptions);
+
+impl FromRequestParts<Arc<AppState>> for RunStart {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Infallible> {
+        let mut context = parts
+            .extensions
+            .get::<ToolContext>()
+            .cloned()
+            .unwrap_or_default();
+        let forwarded = state
+            .config
+            .forward_headers
+            .iter()
+            .filter(|name| **name != header::AUTHORIZATION || !state.keys.any());
+        let mut forwarded = Forwarded::from_request(&parts.headers, forwarded);
+        if !forwarded.is_empty() {
+            // What the application attached comes first.
+            if let Some(attached) = context.get::<Forwarded>() {
+                forwarded = attached.clone().or(&forwarded);
+            }
+            context.insert(forwarded);
+        }
+        Ok(Self(RunOptions::new().context(context)))
+    }
 }
 
 /// A host served over HTTP. Cheap to clone.
@@ -369,6 +411,11 @@ fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 impl Keys {
+    /// Whether any key is configured: then `Authorization` carries one.
+    fn any(&self) -> bool {
+        !self.api.is_empty() || self.admin.is_some()
+    }
+
     fn is_api(&self, key: &[u8; 32]) -> bool {
         self.api.iter().any(|api| same(api, key))
     }

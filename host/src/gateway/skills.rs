@@ -2,20 +2,19 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use super::chat::answer_path;
 use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
-use super::{AppState, Mount, run_options};
+use super::{AppState, Mount, RunStart};
 use crate::agent::{AgentError, CallOutcome, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
-use crate::tools::ToolContext;
 
 /// Every loaded skill, and every file whose latest content failed to load.
 pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -59,10 +58,10 @@ pub async fn invoke(
     State(state): State<Arc<AppState>>,
     ApiPath(name): ApiPath<String>,
     mount: Mount,
-    context: Option<Extension<ToolContext>>,
+    RunStart(options): RunStart,
     ApiJson(input): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let run = match state.host.invoke_with(&name, input, run_options(context)) {
+    let run = match state.host.invoke_with(&name, input, options) {
         Err(AgentError::UnknownSkill(_)) => {
             return Err(unknown_skill(&state.host.snapshot(), &name));
         }

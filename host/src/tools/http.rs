@@ -22,7 +22,12 @@
 //! extra key a model or skill adds is refused, not sent. `${VAR}` in a header
 //! value is replaced by the environment variable `VAR` when the tool is
 //! built — a missing variable is an error, never an empty header — and
-//! header values are never logged or shown. A JSON response is the tool's
+//! header values are never logged or shown. `forward_headers` names headers
+//! of the request that started the run (a [`Forwarded`] in its
+//! [`ToolContext`], which the gateway fills from its own `forward_headers`)
+//! sent on with each call, so that the service acts for the end user
+//! (`X-User-Id`, their own token); a call whose run does not carry one of
+//! them fails without reaching the service. A JSON response is the tool's
 //! result (other text becomes a string); a 4xx is a
 //! [`ToolError::Rejected`] carrying the service's message, a 5xx or a
 //! connection failure a [`ToolError::Failed`].
@@ -97,6 +102,12 @@ pub struct HttpToolConfig {
     /// Header values may hold `${VAR}`, read from the environment.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// Headers passed on from the request that started the run (its
+    /// [`Forwarded`]), e.g. `["X-User-Id"]`. Each must be there: a call
+    /// without one fails, unsent, rather than reach the service as nobody
+    /// (or as the service account `headers` may carry).
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
     /// Default: [`DEFAULT_TIMEOUT`].
     #[serde(default)]
     pub timeout_secs: Option<u64>,
@@ -127,8 +138,72 @@ pub struct HttpTool {
     method: HttpMethod,
     template: Vec<Piece>,
     headers: HeaderMap,
+    forward: Vec<HeaderName>,
     http: reqwest::Client,
 }
+
+/// Headers of the request that started a run, for the HTTP tools it calls
+/// to pass on (each tool's `forward_headers` says which). Attach it to the
+/// run's [`ToolContext`] ([`RunOptions::with`](crate::agent::RunOptions::with));
+/// the gateway does for the headers its
+/// [`GatewayConfig::forward_headers`](crate::gateway::GatewayConfig::forward_headers)
+/// names. Values are marked sensitive, so they are never logged.
+#[derive(Debug, Clone, Default)]
+pub struct Forwarded(HeaderMap);
+
+impl Forwarded {
+    /// The headers of `request` that `names` lists; the rest stay behind.
+    pub fn from_request<'a>(
+        request: &HeaderMap,
+        names: impl IntoIterator<Item = &'a HeaderName>,
+    ) -> Self {
+        let mut forwarded = Self::default();
+        for name in names {
+            for value in request.get_all(name) {
+                forwarded.append(name.clone(), value.clone());
+            }
+        }
+        forwarded
+    }
+
+    /// Adds a value of `name`.
+    pub fn append(&mut self, name: HeaderName, mut value: HeaderValue) {
+        value.set_sensitive(true);
+        self.0.append(name, value);
+    }
+
+    /// The values of `name`.
+    pub fn get_all(&self, name: &HeaderName) -> impl Iterator<Item = &HeaderValue> {
+        self.0.get_all(name).iter()
+    }
+
+    /// Whether no header is here.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// These headers, and those of `other` that are not among them.
+    pub fn or(mut self, other: &Self) -> Self {
+        for name in other.0.keys() {
+            if !self.0.contains_key(name) {
+                for value in other.0.get_all(name) {
+                    self.0.append(name.clone(), value.clone());
+                }
+            }
+        }
+        self
+    }
+}
+
+/// Headers the HTTP client sets itself, from the request it sends: passed
+/// on from elsewhere, they would describe another request.
+const UNFORWARDABLE: [HeaderName; 5] = [
+    reqwest::header::HOST,
+    reqwest::header::CONTENT_LENGTH,
+    reqwest::header::CONTENT_TYPE,
+    reqwest::header::TRANSFER_ENCODING,
+    reqwest::header::CONNECTION,
+];
 
 impl fmt::Debug for HttpTool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,6 +211,7 @@ impl fmt::Debug for HttpTool {
             .field("name", &self.spec.name)
             .field("method", &self.method)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("forward_headers", &self.forward)
             .finish_non_exhaustive()
     }
 }
@@ -201,6 +277,26 @@ impl HttpTool {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
+        let mut forward = Vec::new();
+        for name in &config.forward_headers {
+            let name = HeaderName::try_from(name.as_str())
+                .map_err(|e| invalid(format!("forward_headers: `{name}`: {e}")))?;
+            if UNFORWARDABLE.contains(&name) {
+                return Err(invalid(format!(
+                    "forward_headers: `{name}` describes the request the tool sends; it cannot \
+                     come from another"
+                )));
+            }
+            if headers.contains_key(&name) {
+                return Err(invalid(format!(
+                    "`{name}` is both in headers and in forward_headers; say which it is"
+                )));
+            }
+            if forward.contains(&name) {
+                return Err(invalid(format!("forward_headers lists `{name}` twice")));
+            }
+            forward.push(name);
+        }
         let timeout = config
             .timeout_secs
             .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
@@ -220,8 +316,35 @@ impl HttpTool {
             method: config.method,
             template,
             headers,
+            forward,
             http,
         })
+    }
+
+    /// The configured headers with those forwarded from `context`; an
+    /// error naming the first that the run does not carry.
+    fn headers_for(&self, context: &ToolContext) -> Result<HeaderMap, ToolError> {
+        let mut headers = self.headers.clone();
+        let forwarded = context.get::<Forwarded>();
+        for name in &self.forward {
+            let mut values = forwarded
+                .into_iter()
+                .flat_map(|f| f.get_all(name))
+                .peekable();
+            if values.peek().is_none() {
+                return Err(ToolError::NotPermitted {
+                    tool: self.spec.name.clone(),
+                    reason: format!(
+                        "it acts for the caller named by the `{name}` header, and the request \
+                         that started this run did not carry one"
+                    ),
+                });
+            }
+            for value in values {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        Ok(headers)
     }
 
     /// The URL for `arguments`, and the arguments the template did not use.
@@ -303,7 +426,7 @@ impl Tool for HttpTool {
         &self.spec
     }
 
-    async fn invoke(&self, _context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         // The registry validated the arguments against an object schema.
         let Value::Object(arguments) = arguments else {
             return Err(ToolError::InvalidArguments {
@@ -311,11 +434,12 @@ impl Tool for HttpTool {
                 message: "arguments must be an object".into(),
             });
         };
+        let headers = self.headers_for(context)?;
         let (url, rest) = self.url(arguments)?;
         let mut request = self
             .http
             .request(self.method.as_reqwest(), &url)
-            .headers(self.headers.clone());
+            .headers(headers);
         if self.method.sends_body() {
             request = request.json(&rest);
         } else if !rest.is_empty() {
@@ -523,6 +647,7 @@ mod tests {
             method: HttpMethod::Get,
             url: url.into(),
             headers: BTreeMap::new(),
+            forward_headers: Vec::new(),
             timeout_secs: None,
         }
     }
@@ -599,6 +724,73 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("`TOKEN`"), "{error}");
+    }
+
+    #[test]
+    fn forwarded_headers_must_be_headers_of_a_request_and_said_once() {
+        let refused = |forward: &[&str], headers: &[&str]| {
+            let mut config = config("http://h/{id}");
+            config.forward_headers = forward.iter().map(|name| name.to_string()).collect();
+            for name in headers {
+                config.headers.insert(name.to_string(), "fixed".into());
+            }
+            HttpTool::new(config, |_| None).unwrap_err().to_string()
+        };
+        assert!(refused(&["X User"], &[]).contains("forward_headers: `X User`"));
+        assert!(refused(&["Content-Length"], &[]).contains("cannot come from another"));
+        assert!(refused(&["X-User-Id", "x-user-id"], &[]).contains("twice"));
+        let both = refused(&["X-Tenant"], &["x-tenant"]);
+        assert!(
+            both.contains("both in headers and in forward_headers"),
+            "{both}"
+        );
+    }
+
+    #[test]
+    fn forwarded_headers_attached_first_are_kept_over_later_ones() {
+        let (user, tenant) = (
+            HeaderName::from_static("x-user-id"),
+            HeaderName::from_static("x-tenant"),
+        );
+        let mut attached = Forwarded::default();
+        attached.append(user.clone(), HeaderValue::from_static("checked"));
+        let mut request = HeaderMap::new();
+        request.insert(&user, HeaderValue::from_static("claimed"));
+        request.insert(&tenant, HeaderValue::from_static("t1"));
+        let merged = attached.or(&Forwarded::from_request(&request, [&user, &tenant]));
+        assert_eq!(merged.get_all(&user).collect::<Vec<_>>(), ["checked"]);
+        assert_eq!(merged.get_all(&tenant).collect::<Vec<_>>(), ["t1"]);
+    }
+
+    #[test]
+    fn a_call_carries_the_forwarded_headers_its_run_has_and_fails_without_them() {
+        let mut config = config("http://h/{id}");
+        config.forward_headers = vec!["X-User-Id".into()];
+        config.headers.insert("X-Api".into(), "fixed".into());
+        let tool = HttpTool::new(config, |_| None).unwrap();
+        let user = HeaderName::from_static("x-user-id");
+
+        let mut request = HeaderMap::new();
+        request.insert(&user, HeaderValue::from_static("u1001"));
+        request.insert("cookie", HeaderValue::from_static("session=secret"));
+        let mut context = ToolContext::default();
+        context.insert(Forwarded::from_request(&request, [&user]));
+        let headers = tool.headers_for(&context).unwrap();
+        assert_eq!(headers["x-user-id"], "u1001");
+        assert!(headers["x-user-id"].is_sensitive());
+        assert_eq!(headers["x-api"], "fixed");
+        assert!(!headers.contains_key("cookie"), "only what is named goes");
+
+        for context in [ToolContext::default(), {
+            let mut context = ToolContext::default();
+            context.insert(Forwarded::from_request(&HeaderMap::new(), [&user]));
+            context
+        }] {
+            let Err(ToolError::NotPermitted { reason, .. }) = tool.headers_for(&context) else {
+                panic!("called without the header it forwards");
+            };
+            assert!(reason.contains("`x-user-id` header"), "{reason}");
+        }
     }
 
     #[test]

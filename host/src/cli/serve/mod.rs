@@ -134,6 +134,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
+            forward_headers: server
+                .forward_headers(!args.api_keys.is_empty() || args.admin_key.is_some())?,
         },
     );
     let listen = match args.listen.or(server.listen) {
