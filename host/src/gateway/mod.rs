@@ -92,11 +92,11 @@
 //!   "param", "code"}}`, with a 4xx for everything a client can fix (see
 //!   [`errors`]); a 5xx says `x-should-retry: false`, as a retry would run
 //!   a whole run again. The model's server failing is a 503 when it rate
-//!   limits, a 504 when it times out, else a 502, each with its own code. A streamed chat's response starts once the model
-//!   has answered: a run failing before (the model's server refused the
-//!   conversation or the key, a timeout) is answered with the error's
-//!   status; after it, the error is the stream's last chunk before
-//!   `[DONE]`.
+//!   limits, a 504 when it times out, else a 502, each with its own code.
+//!   A streamed chat's response starts once the model has answered: a run
+//!   failing before (the model's server refused the conversation or the
+//!   key, a timeout) is answered with the error's status; after it, the
+//!   error is the stream's last chunk before `[DONE]`.
 //! - **Limits**: a body limit and a per-request timeout (defaults on
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
 //!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's

@@ -1068,6 +1068,14 @@ mod tests {
     use super::*;
     use crate::runtime::RuntimeConfig;
 
+    #[test]
+    fn a_bad_signature_section_is_a_refused_signature_and_a_bad_file_unreadable() {
+        let refused = signature_refusal(&SignatureError::MalformedSignature("why".into()));
+        assert_eq!(refused, "signature refused: malformed signature: why");
+        let unreadable = signature_refusal(&SignatureError::Malformed("why".into()));
+        assert_eq!(unreadable, "not a readable component: malformed: why");
+    }
+
     #[tokio::test]
     async fn a_file_lock_serializes_syncs_and_leaves_the_table_with_the_last() {
         let locks = FileLocks::default();

@@ -90,9 +90,13 @@ pub enum SignatureError {
          file under a temporary name, then rename it into place)"
     )]
     Truncated(String),
-    /// The file or its signature section cannot be parsed.
+    /// The file cannot be parsed as WebAssembly.
     #[error("malformed: {0}")]
     Malformed(String),
+    /// The file is WebAssembly, but its signature section cannot be parsed,
+    /// or is not the first section.
+    #[error("malformed signature: {0}")]
+    MalformedSignature(String),
 }
 
 impl SignatureError {
@@ -104,7 +108,7 @@ impl SignatureError {
             Self::UnknownKey { .. } => "unknown_key",
             Self::Tampered { .. } => "tampered",
             Self::Truncated(_) => "truncated",
-            Self::Malformed(_) => "malformed",
+            Self::Malformed(_) | Self::MalformedSignature(_) => "malformed",
         }
     }
 }

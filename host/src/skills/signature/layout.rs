@@ -8,7 +8,8 @@
 //!
 //! The walk is what lets verification say *why* a file is refused: a size
 //! running past the end of the file is [`SignatureError::Truncated`], an
-//! impossible encoding is [`SignatureError::Malformed`].
+//! impossible encoding is [`SignatureError::Malformed`], and one inside the
+//! signature section [`SignatureError::MalformedSignature`].
 
 use std::ops::Range;
 
@@ -99,7 +100,7 @@ pub(super) fn scan(bytes: &[u8]) -> Result<Layout, SignatureError> {
             let (name, data) = custom_section(&bytes[payload.clone()], payload.start, index)?;
             if name == SIGNATURE_SECTION {
                 if index != 0 {
-                    return Err(SignatureError::Malformed(format!(
+                    return Err(SignatureError::MalformedSignature(format!(
                         "a `{SIGNATURE_SECTION}` section appears at offset {start}, but \
                          signatures are only valid as the first section"
                     )));
@@ -178,21 +179,21 @@ pub(super) fn check_signature_fields(data: &[u8]) -> Result<(), SignatureError> 
         for _ in 0..set.count("a set's number of signatures")? {
             signatures += 1;
             if signatures > MAX_SIGNATURES {
-                return Err(SignatureError::Malformed(format!(
+                return Err(SignatureError::MalformedSignature(format!(
                     "the signature section holds more than {MAX_SIGNATURES} signatures"
                 )));
             }
             let mut signature = set.nested("a signature")?;
             let key_id = signature.nested("a signature's key id")?;
             if key_id.bytes.len() > MAX_KEY_ID_BYTES {
-                return Err(SignatureError::Malformed(format!(
+                return Err(SignatureError::MalformedSignature(format!(
                     "a signature's key id is {} bytes long, more than {MAX_KEY_ID_BYTES}",
                     key_id.bytes.len()
                 )));
             }
             let algorithm = signature.skip(1, "a signature's algorithm")?[0];
             if algorithm != ED25519_ALGORITHM {
-                return Err(SignatureError::Malformed(format!(
+                return Err(SignatureError::MalformedSignature(format!(
                     "a signature's algorithm is 0x{algorithm:02x}, not Ed25519 \
                      (0x{ED25519_ALGORITHM:02x}), the only one verified"
                 )));
@@ -223,7 +224,9 @@ impl<'a> Fields<'a> {
         .map_err(|error| match error {
             // The section's size is known: a field running out of it is
             // bad encoding, not a short file.
-            SignatureError::Truncated(reason) => SignatureError::Malformed(reason),
+            SignatureError::Truncated(reason) | SignatureError::Malformed(reason) => {
+                SignatureError::MalformedSignature(reason)
+            }
             other => other,
         })
     }
@@ -231,7 +234,7 @@ impl<'a> Fields<'a> {
     fn skip(&mut self, len: usize, what: &str) -> Result<&'a [u8], SignatureError> {
         let remaining = self.bytes.len() - self.pos;
         if len > remaining {
-            return Err(SignatureError::Malformed(format!(
+            return Err(SignatureError::MalformedSignature(format!(
                 "the signature section's {what} takes {len} bytes, but only {remaining} remain"
             )));
         }
@@ -244,7 +247,7 @@ impl<'a> Fields<'a> {
     fn end(&self, what: &str) -> Result<(), SignatureError> {
         match self.bytes.len() - self.pos {
             0 => Ok(()),
-            extra => Err(SignatureError::Malformed(format!(
+            extra => Err(SignatureError::MalformedSignature(format!(
                 "the signature section's {what} has {extra} bytes past its last field"
             ))),
         }

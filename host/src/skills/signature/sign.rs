@@ -88,7 +88,7 @@ impl SigningKey {
             // Parse first: wasmsign2 would attach anything.
             layout::check_signature_fields(existing).map_err(SignError::BadDetached)?;
             SignatureData::deserialize(existing).map_err(|error| {
-                SignError::BadDetached(SignatureError::Malformed(error.to_string()))
+                SignError::BadDetached(SignatureError::MalformedSignature(error.to_string()))
             })?;
             module = module
                 .attach_signature(existing)
@@ -137,7 +137,7 @@ fn drop_stale_signatures(module: &mut Module) -> Result<(), SignError> {
     }
     layout::check_signature_fields(header.payload()).map_err(SignError::Unreadable)?;
     let mut data = header.signature_data().map_err(|_| {
-        SignError::Unreadable(SignatureError::Malformed(
+        SignError::Unreadable(SignatureError::MalformedSignature(
             "its signature section cannot be parsed".into(),
         ))
     })?;

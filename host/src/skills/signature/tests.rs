@@ -251,6 +251,7 @@ fn tampering_with_the_signature_section_is_refused() {
             matches!(
                 error,
                 SignatureError::Tampered { .. }
+                    | SignatureError::MalformedSignature(_)
                     | SignatureError::Malformed(_)
                     | SignatureError::Truncated(_)
                     // Changing the section's id or name leaves a file whose
@@ -380,7 +381,26 @@ fn a_signature_section_that_is_not_first_is_malformed() {
     moved.extend_from_slice(&signed[section.end..]);
     moved.extend_from_slice(&signed[section]);
     let error = store(&[&key]).verify(&moved).unwrap_err();
-    assert!(matches!(error, SignatureError::Malformed(_)), "{error}");
+    assert!(
+        matches!(error, SignatureError::MalformedSignature(_)),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_signature_of_another_algorithm_is_a_malformed_signature_of_a_readable_file() {
+    let key = SigningKey::generate();
+    let mut signed = key.sign(&component()).unwrap();
+    let section = signature_section(&signed);
+    let key_id = key.public_key().key_id();
+    let algorithm = find(&signed[section.clone()], key_id) + section.start + key_id.len();
+    signed[algorithm] = 0x02;
+    let error = store(&[&key]).verify(&signed).unwrap_err();
+    let SignatureError::MalformedSignature(reason) = &error else {
+        panic!("{error:?}");
+    };
+    assert!(reason.contains("not Ed25519"), "{reason}");
+    assert_eq!(error.kind(), "malformed");
 }
 
 #[test]

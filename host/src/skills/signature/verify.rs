@@ -36,8 +36,8 @@ impl TrustStore {
     /// not sign the 8-byte preamble; only the core-module and the component
     /// preambles are accepted.) The errors say which case applies:
     /// [`SignatureError::Unsigned`], [`SignatureError::UnknownKey`],
-    /// [`SignatureError::Tampered`], [`SignatureError::Truncated`] or
-    /// [`SignatureError::Malformed`].
+    /// [`SignatureError::Tampered`], [`SignatureError::Truncated`],
+    /// [`SignatureError::Malformed`] or [`SignatureError::MalformedSignature`].
     ///
     /// Cost: one SHA-256 pass over the file and one Ed25519 check per
     /// signature (at most 32) and trusted key; for large components call it
@@ -181,10 +181,10 @@ fn parse_signature_data(signature: &[u8]) -> Result<SignatureData, SignatureErro
             WSError::ParseError => "unsupported version, content type or encoding".to_string(),
             other => other.to_string(),
         };
-        SignatureError::Malformed(format!("the signature section cannot be parsed: {why}"))
+        SignatureError::MalformedSignature(format!("the signature section cannot be parsed: {why}"))
     })?;
     if data.hash_function != HASH_SHA256 {
-        return Err(SignatureError::Malformed(format!(
+        return Err(SignatureError::MalformedSignature(format!(
             "the signature section uses hash function 0x{:02x}; only SHA-256 (0x01) is defined",
             data.hash_function
         )));
@@ -194,7 +194,7 @@ fn parse_signature_data(signature: &[u8]) -> Result<SignatureData, SignatureErro
         .iter()
         .all(|set| set.signatures.is_empty())
     {
-        return Err(SignatureError::Malformed(
+        return Err(SignatureError::MalformedSignature(
             "the signature section holds no Ed25519 signature".into(),
         ));
     }
