@@ -20,6 +20,7 @@ use skillhost::skills::signature::PublicKey;
 use skillhost::tools::demo::DemoDb;
 
 use crate::agent_common::{REFUND_REQUEST, refund_call};
+use crate::support::crm::crm_service;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -1364,6 +1365,66 @@ async fn inspect_resolves_a_skill_naming_an_http_tool_of_the_config_file() {
     // ...and one with it, though its secret (CRM_TOKEN) is not set.
     let (stdout, stderr) = expect_code(&output(&mut inspect(true)).await, 0);
     assert!(stdout.contains("lookupCustomer"), "{stdout}\n{stderr}");
+}
+
+/// `ask`, `chat` and `run` act for the user `--header` names, as `serve`
+/// acts for the one a request names.
+#[tokio::test]
+async fn ask_acts_for_the_user_its_header_option_names() {
+    let crm = crm_service().await;
+    let work = Workdir::new();
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"whoAmI\"\ndescription = \"Who the CRM sees.\"\n\
+             access = \"read\"\nurl = \"{crm}/api/whoami\"\nforward_headers = [\"X-User-Id\"]\n\
+             parameters = {{ type = \"object\" }}\n"
+        ),
+    )
+    .unwrap();
+    let ask = async |headers: &[&str]| {
+        let llm = ScriptedLlm::start(vec![
+            Step::tool_call("whoAmI", json!({})),
+            Step::text("done"),
+        ])
+        .await;
+        let config = config.to_str().unwrap();
+        let mut command = work.host_command(&["ask", "who am I?", "--config", config], &bundled());
+        for header in headers {
+            command.arg("--header").arg(header);
+        }
+        let (_, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+        let requests = llm.requests();
+        let seen = requests[1].messages().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (seen, stderr)
+    };
+
+    let (seen, stderr) = ask(&["X-User-Id: agent-7", "X-Tenant: shop-1"]).await;
+    let seen: Value = serde_json::from_str(&seen).unwrap();
+    assert_eq!(seen, json!({"authorization": null, "userId": "agent-7"}));
+    // The header no tool forwards is named, not silently dropped.
+    assert!(
+        stderr.contains("--header x-tenant: no HTTP tool of the config file forwards it"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("x-user-id: no HTTP tool"), "{stderr}");
+
+    // Without it the call fails unsent, and the model is told why.
+    let (refused, _) = ask(&[]).await;
+    assert!(
+        refused.contains("`x-user-id` header") && refused.contains("started without one"),
+        "{refused}"
+    );
+
+    let (_, stderr) = expect_code(
+        &output(&mut work.command(&["ask", "hi", "--header", "X-User-Id agent-7"])).await,
+        2,
+    );
+    assert!(stderr.contains("expected 'Name: value'"), "{stderr}");
 }
 
 /// What a file says of itself reaches the terminal with its control

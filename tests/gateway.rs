@@ -23,6 +23,7 @@ use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::{Access, Tool, ToolContext, ToolSpec};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call};
+use crate::support::crm::crm_service;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
@@ -1796,55 +1797,6 @@ async fn shutdown_waits_for_a_run_answered_with_nobody_reading_it() {
     assert!(host.confirmations().pending().is_empty());
 }
 
-/// A stand-in for a team's existing REST service: a customer lookup that
-/// needs a bearer token, and ticket creation that echoes what it got.
-async fn crm_service() -> String {
-    use axum::extract::Path;
-    use axum::http::HeaderMap;
-    use axum::routing::{get, post};
-
-    async fn customer(
-        headers: HeaderMap,
-        Path(id): Path<String>,
-    ) -> (StatusCode, axum::Json<Value>) {
-        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer s3cret") {
-            return (
-                StatusCode::UNAUTHORIZED,
-                axum::Json(json!({"error": "bad token"})),
-            );
-        }
-        match id.as_str() {
-            "u1001" => (
-                StatusCode::OK,
-                axum::Json(json!({"id": "u1001", "name": "Li Lei", "level": "gold"})),
-            ),
-            other => (
-                StatusCode::NOT_FOUND,
-                axum::Json(json!({"error": format!("no customer {other}")})),
-            ),
-        }
-    }
-    async fn ticket(
-        Path(id): Path<String>,
-        axum::Json(body): axum::Json<Value>,
-    ) -> axum::Json<Value> {
-        axum::Json(json!({"ticket": "TK1", "customerId": id, "received": body}))
-    }
-    /// Who the request says it acts for.
-    async fn whoami(headers: HeaderMap) -> axum::Json<Value> {
-        let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
-        axum::Json(json!({"authorization": header("authorization"), "userId": header("x-user-id")}))
-    }
-    let app = Router::new()
-        .route("/api/customers/{id}", get(customer))
-        .route("/api/customers/{id}/tickets", post(ticket))
-        .route("/api/whoami", get(whoami));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    base
-}
-
 /// The CRM's two endpoints as HTTP tools, declared as in a config file;
 /// the token comes from a (test) environment.
 fn crm_tools(base: &str, token: Option<&str>) -> Vec<Arc<dyn Tool>> {
@@ -1954,7 +1906,7 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
     assert_eq!(status, StatusCode::OK);
     let refused = call_result(&llm, 1);
     assert!(
-        refused.contains("`x-user-id` header") && refused.contains("did not carry one"),
+        refused.contains("`x-user-id` header") && refused.contains("started without one"),
         "{refused}"
     );
 

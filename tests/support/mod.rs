@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 
 pub mod configmap;
+pub mod crm;
 pub mod environment;
 pub mod fixtures;
 pub mod hand_written;

@@ -8,10 +8,13 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
+use http::{HeaderName, HeaderValue};
 use skillhost::agent::llm::LlmClient;
-use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle};
+use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle, RunOptions};
+use skillhost::tools::http::Forwarded;
 
-use super::{HostArgs, load_skills};
+use super::config::ConfigFile;
+use super::{HostArgs, console, load_skills};
 
 /// How the LLM is configured, for the commands' `--help`.
 pub const LLM_HELP: &str = "The LLM is any OpenAI-compatible chat-completions server: set \
@@ -46,11 +49,66 @@ impl ApprovalArgs {
     }
 }
 
+/// Who a run acts for, for `run`, `ask` and `chat`: the headers that
+/// `serve` would take from each request.
+#[derive(Debug, clap::Args)]
+pub struct ForwardArgs {
+    /// A header the run carries for the config file's HTTP tools that
+    /// forward it (their `forward_headers`), as 'Name: value', e.g.
+    /// 'X-User-Id: u-1001'; repeatable. Under `serve` such headers come from
+    /// each request; without one, such a tool refuses the call.
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE", value_parser = parse_header)]
+    headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl ForwardArgs {
+    /// Warns of each `--header` that no HTTP tool of `file` forwards: it
+    /// would go nowhere, most likely a misspelt name.
+    pub fn warn_unforwarded(&self, file: &ConfigFile) {
+        for (name, _) in &self.headers {
+            let forwarded = file
+                .tools
+                .iter()
+                .flat_map(|tool| &tool.forward_headers)
+                .any(|listed| name.as_str().eq_ignore_ascii_case(listed));
+            if !forwarded {
+                console::warn(&format!(
+                    "--header {name}: no HTTP tool of the config file forwards it (their \
+                     forward_headers), so no call sends it"
+                ));
+            }
+        }
+    }
+
+    /// How to start the run: its tool context carries the headers.
+    pub fn run_options(&self) -> RunOptions {
+        let mut forwarded = Forwarded::default();
+        for (name, value) in &self.headers {
+            forwarded.append(name.clone(), value.clone());
+        }
+        RunOptions::new().with(forwarded)
+    }
+}
+
+/// `Name: value`, as curl's `-H` takes it.
+fn parse_header(text: &str) -> Result<(HeaderName, HeaderValue), String> {
+    let Some((name, value)) = text.split_once(':') else {
+        return Err("expected 'Name: value', e.g. 'X-User-Id: u-1001'".to_owned());
+    };
+    let name = name.trim();
+    let name = HeaderName::try_from(name).map_err(|_| format!("`{name}` is not a header name"))?;
+    let value = HeaderValue::try_from(value.trim())
+        .map_err(|_| format!("the value of `{name}` is not a valid header value"))?;
+    Ok((name, value))
+}
+
 /// The main agent's settings, for `ask` and `chat`.
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
     #[command(flatten)]
     pub(super) approval: ApprovalArgs,
+    #[command(flatten)]
+    pub(super) forward: ForwardArgs,
     /// Tools the main agent keeps seeing even when skills absorb them,
     /// comma-separated; e.g. queryOrder,searchKnowledge,getCurrentTime, which
     /// the demo's skills would otherwise hide until one is loaded.
@@ -73,6 +131,7 @@ impl AgentArgs {
     /// configure one: there is nothing to do without.
     pub async fn agent(&self) -> anyhow::Result<Agent> {
         let file = self.host.config_file()?;
+        self.forward.warn_unforwarded(&file);
         let llm = LlmClient::new(file.llm_config()?)?;
         let skills = load_skills(&self.host, &file).await?;
         let keep_public = (!self.keep_public.is_empty()).then(|| self.keep_public.clone());
@@ -172,4 +231,33 @@ pub async fn follow<T: Send + 'static>(
         }
     }
     Ok(run.result().await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_header;
+
+    #[test]
+    fn a_header_option_is_a_name_and_a_value_around_a_colon() {
+        let (name, value) = parse_header(" X-User-Id :  u-1001 ").unwrap();
+        assert_eq!(
+            (name.as_str(), value.to_str().unwrap()),
+            ("x-user-id", "u-1001")
+        );
+        // Only the first colon separates: a value may hold more.
+        let (_, value) = parse_header("X-Trace: a:b").unwrap();
+        assert_eq!(value.to_str().unwrap(), "a:b");
+
+        for (text, error) in [
+            ("X-User-Id u-1001", "expected 'Name: value'"),
+            ("X User: u-1001", "`X User` is not a header name"),
+            (
+                "X-User-Id: u\n1001",
+                "the value of `x-user-id` is not a valid header value",
+            ),
+        ] {
+            let refused = parse_header(text).unwrap_err();
+            assert!(refused.contains(error), "{text:?}: {refused}");
+        }
+    }
 }

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use skillhost::agent::llm::Message;
+
 use super::agent::{AgentArgs, Input, LLM_HELP, follow};
 use super::trace::{Trace, print_summary};
 
@@ -29,7 +31,10 @@ pub struct AskArgs {
 
 pub async fn ask(args: &AskArgs) -> anyhow::Result<ExitCode> {
     let agent = args.agent.agent().await?;
-    let run = agent.ask(&args.message)?;
+    let run = agent.start_with(
+        vec![Message::user(&args.message)],
+        args.agent.forward.run_options(),
+    )?;
     let mut trace = Trace::default();
     let followed = follow(
         &agent,

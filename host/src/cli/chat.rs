@@ -31,6 +31,7 @@ pub struct ChatArgs {
 pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let agent = args.agent.agent().await?;
     let answerer = args.agent.approval.answerer();
+    let options = args.agent.forward.run_options().streaming();
     let mut input = Input::stdin();
     eprintln!("chatting with the main agent; `exit`, `quit` or Ctrl-D ends the session");
     let mut conversation: Vec<Message> = Vec::new();
@@ -45,7 +46,7 @@ pub async fn chat(args: &ChatArgs) -> anyhow::Result<ExitCode> {
             break;
         }
         conversation.push(Message::user(line));
-        let run = agent.start_streaming(conversation.clone())?;
+        let run = agent.start_with(conversation.clone(), options.clone())?;
         let mut view = StreamView {
             trace: &mut trace,
             mid_line: false,

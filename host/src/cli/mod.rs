@@ -168,6 +168,8 @@ enum Command {
         #[command(flatten)]
         approval: agent::ApprovalArgs,
         #[command(flatten)]
+        forward: agent::ForwardArgs,
+        #[command(flatten)]
         host: HostArgs,
     },
     /// List loaded skills, and files that failed to load with the reason.
@@ -212,12 +214,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             input,
             json,
             approval,
+            forward,
             host,
         } => {
             let file = host.config_file()?;
+            forward.warn_unforwarded(&file);
             let loaded = load_skills(&host, &file).await?;
             let agent = file.agent_config(None);
-            skills::run(loaded, agent, &skill, &input, json, &approval.answerer()).await
+            let options = forward.run_options();
+            skills::run(
+                loaded,
+                agent,
+                &skill,
+                &input,
+                options,
+                json,
+                &approval.answerer(),
+            )
+            .await
         }
         Command::Skills { json, host } => {
             let loaded = load_skills(&host, &host.config_file()?).await?;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{Value, json};
 
-use skillhost::agent::{Agent, AgentConfig, AgentEvent, CallOutcome};
+use skillhost::agent::{Agent, AgentConfig, AgentEvent, CallOutcome, RunOptions};
 use skillhost::skills::SkillRegistry;
 
 use super::agent::{Answerer, Input, follow};
@@ -15,13 +15,15 @@ use super::trace::Trace;
 
 /// `skillhost run`: the skill's deterministic steps, as the agent would
 /// run them — with the config file's confirmation policy, each write that
-/// needs approval answered by `answerer` — without a model: steps that hand
-/// over to the sub-agent end the command with the note.
+/// needs approval answered by `answerer`, its tool context from `options` —
+/// without a model: steps that hand over to the sub-agent end the command
+/// with the note.
 pub async fn run(
     skills: SkillRegistry,
     agent: AgentConfig,
     name: &str,
     input: &str,
+    options: RunOptions,
     json: bool,
     answerer: &Answerer,
 ) -> anyhow::Result<ExitCode> {
@@ -38,7 +40,7 @@ pub async fn run(
     let input: Value = serde_json::from_str(input).context("--input is not valid JSON")?;
     let agent = Agent::builder(Arc::new(skills)).config(agent).build()?;
     let started = Instant::now();
-    let handle = agent.start_skill(name, input)?;
+    let handle = agent.start_skill_with(name, input, options)?;
     let mut trace = Trace::default();
     let mut calls = Vec::new();
     let mut handover = None;

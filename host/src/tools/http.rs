@@ -24,7 +24,8 @@
 //! built — a missing variable is an error, never an empty header — and
 //! header values are never logged or shown. `forward_headers` names headers
 //! of the request that started the run (a [`Forwarded`] in its
-//! [`ToolContext`], which the gateway fills from its own `forward_headers`)
+//! [`ToolContext`], which the gateway fills from its own `forward_headers`
+//! and the CLI from `--header`)
 //! sent on with each call, so that the service acts for the end user
 //! (`X-User-Id`, their own token); a call whose run does not carry one of
 //! them fails without reaching the service. A JSON response is the tool's
@@ -335,8 +336,8 @@ impl HttpTool {
                 return Err(ToolError::NotPermitted {
                     tool: self.spec.name.clone(),
                     reason: format!(
-                        "it acts for the caller named by the `{name}` header, and the request \
-                         that started this run did not carry one"
+                        "it acts for the caller named by the `{name}` header, and this run was \
+                         started without one"
                     ),
                 });
             }
