@@ -1682,6 +1682,79 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
     );
 }
 
+/// A build script may sign what it built again: the same key over the same
+/// content changes nothing and succeeds, embedded or detached.
+#[tokio::test]
+async fn signing_again_with_the_same_key_changes_nothing_and_succeeds() {
+    let work = Workdir::new();
+    let mut keygen = work.command(&["keygen", "--out"]);
+    keygen.arg(work.path("author"));
+    expect_code(&output(&mut keygen).await, 0);
+    let key = work.path("author.key");
+    let yaml = work.path("order-lookup.yaml");
+    std::fs::write(&yaml, LOOKUP_SKILL).unwrap();
+    let mut pack = work.command(&["pack"]);
+    pack.arg(&yaml);
+    expect_code(&output(&mut pack).await, 0);
+    let component = work.path("orderLookup.wasm");
+    let unsigned = std::fs::read(&component).unwrap();
+
+    let signature = work.path("orderLookup.sig");
+    for already_signed in [false, true] {
+        let mut sign = work.command(&["sign", "--json", "--key"]);
+        sign.arg(&key)
+            .arg("--detached")
+            .arg(&signature)
+            .arg(&component);
+        let (stdout, _) = expect_code(&output(&mut sign).await, 0);
+        let report: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(report["already_signed"], already_signed, "{stdout}");
+    }
+    // A copy of the key trusted too is kept once and said, since deleting
+    // one file would then not revoke the key.
+    let copy_of_key = work.path("author-copy.pub");
+    std::fs::copy(work.path("author.pub"), &copy_of_key).unwrap();
+    let mut verify = work.command(&["verify", "--trust"]);
+    verify
+        .arg(work.path("author.pub"))
+        .arg("--trust")
+        .arg(&copy_of_key)
+        .arg("--detached")
+        .arg(&signature)
+        .arg(&component);
+    let (_, stderr) = expect_code(&output(&mut verify).await, 0);
+    assert!(
+        stderr.contains("author-copy.pub holds the same key as")
+            && stderr.contains("until both are deleted"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&component).unwrap(), unsigned);
+
+    let mut sign = work.command(&["sign", "--key"]);
+    sign.arg(&key).arg(&component);
+    let (stdout, _) = expect_code(&output(&mut sign).await, 0);
+    assert!(stdout.contains(": signed by key"), "{stdout}");
+    let signed = std::fs::read(&component).unwrap();
+    let mut again = work.command(&["sign", "--key"]);
+    again.arg(&key).arg(&component);
+    let (stdout, _) = expect_code(&output(&mut again).await, 0);
+    assert!(
+        stdout.contains(": already signed by key") && stdout.contains("unchanged"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read(&component).unwrap(), signed);
+
+    // To another file, that file gets the signed component as it is.
+    let copy = work.path("copy.wasm");
+    let mut sign = work.command(&["sign", "--json", "--key"]);
+    sign.arg(&key).arg("--out").arg(&copy).arg(&component);
+    let (stdout, _) = expect_code(&output(&mut sign).await, 0);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["already_signed"], true, "{stdout}");
+    assert_eq!(report["signed_file"], json!(copy));
+    assert_eq!(std::fs::read(&copy).unwrap(), signed);
+}
+
 /// On a terminal, loading shows a progress line on stderr and clears it
 /// before the listing (stdout and stderr share the terminal here).
 #[tokio::test]

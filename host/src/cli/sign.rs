@@ -10,7 +10,7 @@ use serde_json::json;
 
 use skillhost::skills::MAX_SKILL_FILE_BYTES;
 use skillhost::skills::signature::{
-    Fingerprint, KeyError, PublicKey, SignatureError, SigningKey, Tamper, TrustStore,
+    Fingerprint, KeyError, PublicKey, SignError, SignatureError, SigningKey, Tamper, TrustStore,
 };
 
 use super::console;
@@ -127,7 +127,9 @@ pub struct SignArgs {
     detached: Option<PathBuf>,
     /// Print the result as JSON: file (the input), signed_file (where the
     /// signed component was written, or null), detached (the signature
-    /// file, or null), signer (the key's fingerprint).
+    /// file, or null), signer (the key's fingerprint), already_signed
+    /// (the key had signed this content before: signing again changed
+    /// nothing).
     #[arg(long)]
     json: bool,
 }
@@ -169,12 +171,20 @@ pub struct TrustArgs {
 
 impl TrustArgs {
     /// Loads the trust store; no keys at all is an error.
-    /// Warns of each key file or directory others may change.
+    /// Warns of each key file that repeats another's key (deleting one would
+    /// not revoke it) and of each key file or directory others may change.
     pub fn store(&self) -> anyhow::Result<TrustStore> {
         let store = TrustStore::load(&self.paths).with_context(|| {
             let note = super::settings_note("--trust or SKILLHOST_TRUST", &self.paths);
             format!("loading the trust store ({note})")
         })?;
+        for duplicate in store.duplicates() {
+            console::warn(&format!(
+                "{} holds the same key as {}: the key stays trusted until both are deleted",
+                duplicate.source.display(),
+                duplicate.first.display()
+            ));
+        }
         for (path, exposure) in open_to_others(&store) {
             console::warn(&format!(
                 "{} {exposure}: whoever can change it can add a key skills are trusted with",
@@ -235,31 +245,50 @@ pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
     let key = SigningKey::load(&args.key)?;
     let wasm = read(&args.input)?;
     let fingerprint = key.public_key().fingerprint();
-    let (signed_file, done) = if let Some(signature_path) = &args.detached {
+    let signing = || format!("signing {}", args.input.display());
+    // Signing again with a key that signed this very content changes
+    // nothing, so a build script may re-sign what it already signed.
+    let (signed_file, already_signed, done) = if let Some(signature_path) = &args.detached {
         let existing = match fs::metadata(signature_path) {
             Err(error) if error.kind() == io::ErrorKind::NotFound => None,
             _ => Some(read(signature_path)?),
         };
-        let signature = key
-            .sign_detached(&wasm, existing.as_deref())
-            .with_context(|| format!("signing {}", args.input.display()))?;
-        write_atomic(signature_path, &signature)?;
+        let already_signed = match key.sign_detached(&wasm, existing.as_deref()) {
+            Ok(signature) => {
+                write_atomic(signature_path, &signature)?;
+                false
+            }
+            Err(SignError::AlreadySigned(_)) => true,
+            Err(error) => return Err(error).with_context(signing),
+        };
         let done = format!(
-            "{}: detached signature by key {fingerprint} written to {}",
+            "{}: detached signature by key {fingerprint} {} {}",
             args.input.display(),
+            if already_signed {
+                "already in"
+            } else {
+                "written to"
+            },
             signature_path.display()
         );
-        (None, done)
+        (None, already_signed, done)
     } else {
-        let signed = key
-            .sign(&wasm)
-            .with_context(|| format!("signing {}", args.input.display()))?;
         let out = args.out.as_ref().unwrap_or(&args.input);
-        write_atomic(out, &signed)?;
-        (
-            Some(out),
-            format!("{}: signed by key {fingerprint}", out.display()),
-        )
+        let (signed, already_signed) = match key.sign(&wasm) {
+            Ok(signed) => (signed, false),
+            Err(SignError::AlreadySigned(_)) => (wasm, true),
+            Err(error) => return Err(error).with_context(signing),
+        };
+        let done = if already_signed && out == &args.input {
+            format!(
+                "{}: already signed by key {fingerprint}; unchanged",
+                out.display()
+            )
+        } else {
+            write_atomic(out, &signed)?;
+            format!("{}: signed by key {fingerprint}", out.display())
+        };
+        (Some(out), already_signed, done)
     };
     if args.json {
         let signed = json!({
@@ -267,6 +296,7 @@ pub fn sign(args: &SignArgs) -> anyhow::Result<ExitCode> {
             "signed_file": signed_file,
             "detached": args.detached,
             "signer": fingerprint,
+            "already_signed": already_signed,
         });
         println!("{}", serde_json::to_string_pretty(&signed)?);
     } else {

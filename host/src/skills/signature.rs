@@ -43,7 +43,9 @@ mod verify;
 
 use std::path::Path;
 
-pub use keys::{Fingerprint, InvalidKey, KeyError, PublicKey, SigningKey, TrustStore, TrustedKey};
+pub use keys::{
+    DuplicateKey, Fingerprint, InvalidKey, KeyError, PublicKey, SigningKey, TrustStore, TrustedKey,
+};
 pub use sign::SignError;
 pub use verify::{Verified, embedded_key_ids};
 

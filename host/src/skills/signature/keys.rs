@@ -386,17 +386,33 @@ impl TrustedKey {
 #[derive(Debug, Clone)]
 pub struct TrustStore {
     keys: Vec<TrustedKey>,
+    duplicates: Vec<DuplicateKey>,
+}
+
+/// A key the store was given again, from another source, and kept once.
+/// Deleting one of its files does not revoke it while the other remains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateKey {
+    /// Where the key came from again.
+    pub source: PathBuf,
+    /// Where it came from first: the source the store reports.
+    pub first: PathBuf,
 }
 
 impl TrustStore {
     /// A store of exactly these keys, in this order (the order in which
     /// signers are reported). A key given twice is kept once, with its first
-    /// source.
+    /// source; [`Self::duplicates`] says which sources repeated one.
     pub fn new(keys: impl IntoIterator<Item = TrustedKey>) -> Result<Self, KeyError> {
         let mut unique: Vec<TrustedKey> = Vec::new();
+        let mut duplicates = Vec::new();
         for key in keys {
-            if !unique.iter().any(|known| known.key == key.key) {
-                unique.push(key);
+            match unique.iter().find(|known| known.key == key.key) {
+                Some(first) => duplicates.push(DuplicateKey {
+                    source: key.source,
+                    first: first.source.clone(),
+                }),
+                None => unique.push(key),
             }
         }
         if unique.is_empty() {
@@ -404,7 +420,10 @@ impl TrustStore {
                 sources: Vec::new(),
             });
         }
-        Ok(Self { keys: unique })
+        Ok(Self {
+            keys: unique,
+            duplicates,
+        })
     }
 
     /// Loads the keys at `paths`: each is either a public key file or a
@@ -477,5 +496,11 @@ impl TrustStore {
     /// The trusted keys, in order.
     pub fn keys(&self) -> &[TrustedKey] {
         &self.keys
+    }
+
+    /// The sources that gave a key already trusted from an earlier one, in
+    /// the order given.
+    pub fn duplicates(&self) -> &[DuplicateKey] {
+        &self.duplicates
     }
 }

@@ -598,6 +598,13 @@ fn trust_store_loads_directories_and_files() {
         ]
     );
     assert_eq!(store.keys()[1].source(), trusted.join("b.pem"));
+    assert_eq!(
+        store.duplicates(),
+        [DuplicateKey {
+            source: a_again.clone(),
+            first: trusted.join("a.pub"),
+        }]
+    );
     for key in [&a, &b, &c] {
         store.verify(&key.sign(&component()).unwrap()).unwrap();
     }
