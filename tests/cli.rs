@@ -1682,6 +1682,26 @@ async fn keygen_pack_sign_verify_and_run_print_json_for_scripts() {
     );
 }
 
+/// A blank key would leave the routes open while the operator believes them
+/// guarded (and silence the warning about an open gateway): refused.
+#[tokio::test]
+async fn serve_refuses_a_blank_key_instead_of_serving_unguarded() {
+    let work = Workdir::new();
+    for (variable, value) in [
+        ("SKILLHOST_API_KEYS", ""),
+        ("SKILLHOST_API_KEYS", "k-1,"),
+        ("SKILLHOST_ADMIN_KEY", " "),
+    ] {
+        let mut serve = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+        serve.env(variable, value);
+        let (_, stderr) = expect_code(&output(&mut serve).await, 2);
+        assert!(
+            stderr.contains("a key is empty or blank"),
+            "{variable}={value:?}: {stderr}"
+        );
+    }
+}
+
 /// A build script may sign what it built again: the same key over the same
 /// content changes nothing and succeeds, embedded or detached.
 #[tokio::test]

@@ -49,6 +49,7 @@ pub struct ServeArgs {
         value_name = "KEY",
         env = "SKILLHOST_API_KEYS",
         value_delimiter = ',',
+        value_parser = bearer_key,
         hide_env_values = true
     )]
     api_keys: Vec<String>,
@@ -58,6 +59,7 @@ pub struct ServeArgs {
         long,
         value_name = "KEY",
         env = "SKILLHOST_ADMIN_KEY",
+        value_parser = bearer_key,
         hide_env_values = true
     )]
     admin_key: Option<String>,
@@ -303,9 +305,33 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
+/// `--api-key` and `--admin-key`: a blank key is refused. The gateway
+/// ignores one (clients could not send it), so taking it would leave the
+/// routes open while the operator believes them guarded, and keep the
+/// warning about an open gateway from being shown.
+fn bearer_key(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err(
+            "a key is empty or blank (an empty environment variable, or a stray \
+                    comma in a list of keys?); to serve without keys, set none"
+                .to_owned(),
+        );
+    }
+    Ok(text.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::listen_address;
+    use super::{bearer_key, listen_address};
+
+    #[test]
+    fn a_blank_key_is_refused_not_taken_for_a_guard() {
+        assert_eq!(bearer_key("k-1").unwrap(), "k-1");
+        for blank in ["", "  "] {
+            let error = bearer_key(blank).unwrap_err();
+            assert!(error.contains("empty or blank"), "{error}");
+        }
+    }
 
     #[test]
     fn a_listen_address_slip_gets_an_example_of_the_form() {
