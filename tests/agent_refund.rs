@@ -541,6 +541,36 @@ async fn identical_calls_are_refused_then_stop_the_run() {
 }
 
 #[tokio::test]
+async fn a_call_whose_result_compaction_evicted_is_not_a_repeat() {
+    let query = || Step::tool_call("queryOrder", json!({"orderId": "88231"}));
+    let steps = vec![
+        query(),
+        query(),
+        query(),
+        query(),
+        Step::text("It is delivered."),
+    ];
+    // So small that each round evicts every turn but the latest: the model
+    // never sees an earlier result of the call it makes again.
+    let tight = AgentConfig {
+        context_budget: 1,
+        ..config()
+    };
+    let (_shop, _llm, agent) = shop_and_agent(steps, tight).await;
+    let finished = ask_deciding(&agent, "status of 88231?", Decision::Leave).await;
+    assert_eq!(finished.result.unwrap().answer, "It is delivered.");
+    let outcomes: Vec<_> = calls_of(&finished.events, &Caller::Main)
+        .into_iter()
+        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [true, true, true, true],
+        "none is refused as a repeat"
+    );
+}
+
+#[tokio::test]
 async fn the_last_round_must_answer_and_its_calls_are_not_executed() {
     // A sub-agent that keeps calling: rounds 1-4 look orders up, round 5
     // would write the refund, with no round left to tell anyone.

@@ -44,7 +44,9 @@ pub struct AgentConfig {
     /// executed; the model is told it repeats itself. One more ends the loop
     /// with [`AgentError::RepeatedCall`](super::AgentError::RepeatedCall).
     /// Default: 3 — two identical calls can be a legitimate re-check, a
-    /// third is a model going in circles. Values below 2 count as 2.
+    /// third is a model going in circles. Values below 2 count as 2. A call
+    /// whose turn compaction evicted stops counting: the model no longer
+    /// sees its result.
     pub max_identical_calls: u32,
     /// Context budget in estimated tokens (see [`super::tokens`]): the
     /// messages plus the round's function list. Over it, the oldest turns

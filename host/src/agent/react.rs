@@ -214,7 +214,7 @@ impl<S: Scope> Loop<'_, S> {
         repeats: &mut RepeatGuard,
         span: &Span,
     ) -> Result<Option<LoopEnd>, AgentError> {
-        let functions = self.prepare_round(transcript);
+        let functions = self.prepare_round(transcript, repeats);
         span.record("functions", functions.definitions.len());
         span.record("masked", functions.masked);
         self.run.emit(AgentEvent::RoundStarted {
@@ -309,13 +309,17 @@ impl<S: Scope> Loop<'_, S> {
 
     /// Compacts the transcript if it is over budget, and returns this
     /// round's function list (recomputed after compaction, which may have
-    /// revoked unlocks).
-    fn prepare_round(&self, transcript: &mut Transcript) -> Functions {
+    /// revoked unlocks). The evicted calls stop counting as made: their
+    /// results are gone from the model's view.
+    fn prepare_round(&self, transcript: &mut Transcript, repeats: &mut RepeatGuard) -> Functions {
         let functions = self.scope.functions(self.run, transcript);
         let budget = self.run.agent.config.context_budget;
         let Some(compaction) = transcript.compact(budget, functions.tokens) else {
             return functions;
         };
+        for (name, arguments) in &compaction.evicted_calls {
+            repeats.forget(name, arguments);
+        }
         self.run.emit(AgentEvent::Compacted {
             caller: self.caller.clone(),
             evicted_messages: compaction.evicted_messages,
@@ -455,10 +459,7 @@ impl RepeatGuard {
     }
 
     fn record(&mut self, name: &str, arguments: &Value) -> Repeat {
-        // serde_json's maps keep keys sorted (no `preserve_order`), so the
-        // text is the same whatever order the model wrote them in.
-        let key = (name.to_owned(), arguments.to_string());
-        let times = self.seen.entry(key).or_default();
+        let times = self.seen.entry(Self::key(name, arguments)).or_default();
         *times += 1;
         match (*times).cmp(&self.limit) {
             std::cmp::Ordering::Less => Repeat::First,
@@ -467,6 +468,26 @@ impl RepeatGuard {
             },
             std::cmp::Ordering::Greater => Repeat::Stop { times: *times },
         }
+    }
+
+    /// Stops counting one earlier call of `name` with `arguments`, if one is
+    /// counted. (One of the conversation's history was never counted; its
+    /// eviction may then uncount one of this loop's: one more identical
+    /// call goes through, which the round limit still bounds.)
+    fn forget(&mut self, name: &str, arguments: &Value) {
+        let key = Self::key(name, arguments);
+        if let Some(times) = self.seen.get_mut(&key) {
+            *times -= 1;
+            if *times == 0 {
+                self.seen.remove(&key);
+            }
+        }
+    }
+
+    fn key(name: &str, arguments: &Value) -> (String, String) {
+        // serde_json's maps keep keys sorted (no `preserve_order`), so the
+        // text is the same whatever order the model wrote them in.
+        (name.to_owned(), arguments.to_string())
     }
 }
 

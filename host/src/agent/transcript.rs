@@ -63,6 +63,10 @@ pub struct Compaction {
     pub evicted_messages: usize,
     /// Skills no longer loaded: their load result was evicted.
     pub revoked: Vec<SkillName>,
+    /// The function calls of the evicted turns whose arguments are JSON, by
+    /// name and arguments: the model no longer sees their results, so
+    /// making one again is no longer a repeat.
+    pub evicted_calls: Vec<(String, Value)>,
     /// Estimated tokens of the messages before.
     pub tokens_before: usize,
     /// Estimated tokens of the messages after.
@@ -180,6 +184,18 @@ impl Transcript {
         if evicted_messages == 0 {
             return None;
         }
+        let evicted_calls = self
+            .entries
+            .iter()
+            .zip(&evict)
+            .filter(|(_, evicted)| **evicted)
+            .filter_map(|(entry, _)| match &entry.message {
+                Message::Assistant(message) => Some(&message.tool_calls),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|call| Some((call.name().to_owned(), call.parse_arguments().ok()?)))
+            .collect();
         let mut evicted = evict.into_iter();
         self.entries
             .retain(|_| !evicted.next().expect("one flag per entry"));
@@ -188,6 +204,7 @@ impl Transcript {
         Some(Compaction {
             evicted_messages,
             revoked: loaded_before.difference(&loaded_after).cloned().collect(),
+            evicted_calls,
             tokens_before,
             tokens_after: tokens,
         })
@@ -270,6 +287,10 @@ mod tests {
         let compaction = transcript.compact(100, 0).unwrap();
         assert_eq!(compaction.evicted_messages, 2);
         assert_eq!(compaction.revoked, [skill("order_change")]);
+        assert_eq!(
+            compaction.evicted_calls,
+            [(LOAD_SKILL.to_owned(), json!({}))]
+        );
         assert_eq!(compaction.tokens_before, before);
         assert_eq!(compaction.tokens_after, transcript.tokens());
         assert!(transcript.loaded_skills().is_empty());
