@@ -153,6 +153,15 @@ pub fn rounds_of(events: &[AgentEvent], caller: &Caller) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Whether each call of `caller` ran to a result (`CallOutcome::Done`),
+/// in order.
+pub fn executed(events: &[AgentEvent], caller: &Caller) -> Vec<bool> {
+    calls_of(events, caller)
+        .into_iter()
+        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
+        .collect()
+}
+
 /// `(tool, arguments, outcome)` of every `ToolCalled` event of `caller`.
 pub fn calls_of(events: &[AgentEvent], caller: &Caller) -> Vec<(String, Value, CallOutcome)> {
     events

@@ -19,8 +19,8 @@ use skillhost::tools::demo::{article_000_tools, article_003_tools};
 use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::agent_common::{
-    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, refund_call, refusal, resolutions,
-    rounds_of, skill, skill_outcomes, tool_result, tools_called,
+    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, executed, refund_call, refusal,
+    resolutions, rounds_of, skill, skill_outcomes, tool_result, tools_called,
 };
 use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -527,10 +527,7 @@ async fn identical_calls_are_refused_then_stop_the_run() {
         matches!(&error, skillhost::agent::AgentError::RepeatedCall { function, times: 4, .. } if function == "queryOrder"),
         "{error}"
     );
-    let outcomes: Vec<_> = calls_of(&finished.events, &Caller::Main)
-        .into_iter()
-        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
-        .collect();
+    let outcomes = executed(&finished.events, &Caller::Main);
     assert_eq!(
         outcomes,
         [true, true, false],
@@ -559,10 +556,7 @@ async fn a_call_whose_result_compaction_evicted_is_not_a_repeat() {
     let (_shop, _llm, agent) = shop_and_agent(steps, tight).await;
     let finished = ask_deciding(&agent, "status of 88231?", Decision::Leave).await;
     assert_eq!(finished.result.unwrap().answer, "It is delivered.");
-    let outcomes: Vec<_> = calls_of(&finished.events, &Caller::Main)
-        .into_iter()
-        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
-        .collect();
+    let outcomes = executed(&finished.events, &Caller::Main);
     assert_eq!(
         outcomes,
         [true, true, true, true],
@@ -707,10 +701,7 @@ async fn only_the_repeat_of_the_last_write_is_refused() {
     let agent = shop.agent(&llm, AgentConfig::default());
     let finished = ask_deciding(&agent, "5 filters please", Decision::Approve).await;
     assert_eq!(finished.result.unwrap().answer, "Your cart has 5.");
-    let ran: Vec<bool> = calls_of(&finished.events, &Caller::Main)
-        .iter()
-        .map(|(_, _, outcome)| matches!(outcome, CallOutcome::Done { .. }))
-        .collect();
+    let ran = executed(&finished.events, &Caller::Main);
     assert_eq!(ran, [true, true, true, true, false]);
     // Nobody was asked to approve the repeat.
     assert_eq!(confirmations(&finished.events).len(), 4);
