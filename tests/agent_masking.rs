@@ -336,7 +336,7 @@ async fn a_masked_tool_is_refused_until_its_skill_is_loaded_then_confirmed() {
         "{:?}",
         calls[2]
     );
-    assert_eq!(resolutions(&events), [Resolution::Approved]);
+    assert_eq!(resolutions(&events), [Resolution::Approved { by: None }]);
     assert_eq!(
         shop.db.order_status(PAID_ORDER).unwrap(),
         Some(OrderStatus::Cancelled)
@@ -435,7 +435,8 @@ async fn a_rejected_write_is_told_to_the_model_and_changes_nothing() {
     assert_eq!(
         resolutions(&finished.events),
         [Resolution::Declined(Declined::Rejected {
-            reason: Some("keep it after all".into())
+            reason: Some("keep it after all".into()),
+            by: None,
         })]
     );
     assert_eq!(

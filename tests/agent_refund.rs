@@ -139,7 +139,7 @@ async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_t
         shop.skills.get("processRefund").unwrap().manifest().tools,
         ["queryOrder", "applyRefund"]
     );
-    assert_eq!(resolutions(&events), [Resolution::Approved]);
+    assert_eq!(resolutions(&events), [Resolution::Approved { by: None }]);
     // The refund is written.
     let refunds = shop.db.refunds_for("88231").unwrap();
     assert_eq!(refunds.len(), 1);
@@ -357,7 +357,10 @@ async fn a_rejection_inside_the_skill_steps_is_reported_and_writes_nothing() {
     finished.result.unwrap();
     assert_eq!(
         resolutions(&finished.events),
-        [Resolution::Declined(Declined::Rejected { reason: None })]
+        [Resolution::Declined(Declined::Rejected {
+            reason: None,
+            by: None
+        })]
     );
     // The guest got a `declined` tool error and said so in its result; the
     // host says so after it in its own words.

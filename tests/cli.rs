@@ -1702,6 +1702,62 @@ async fn serve_refuses_a_blank_key_instead_of_serving_unguarded() {
     }
 }
 
+/// Named keys come from a file: they guard the API routes like
+/// `--api-key`'s; a file others can read is warned of, a malformed one
+/// refused naming the line and never the key.
+#[tokio::test]
+async fn serve_takes_named_api_keys_from_a_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = Workdir::new();
+    let keys = work.path("api-keys");
+    std::fs::write(
+        &keys,
+        "# holder  key
+support-desk k-support
+",
+    )
+    .unwrap();
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+    command.env("SKILLHOST_API_KEYS_FILE", &keys);
+    let Serving {
+        child: _serve,
+        base,
+        started,
+        ..
+    } = serving(command).await;
+    assert!(
+        started
+            .iter()
+            .any(|line| line.contains("can be read by every user of this machine")),
+        "{started:#?}"
+    );
+    let http = reqwest::Client::new();
+    let skills = |key: &'static str| {
+        http.get(format!("{base}/v1/skills"))
+            .bearer_auth(key)
+            .send()
+    };
+    assert_eq!(skills("k-support").await.unwrap().status(), 200);
+    assert_eq!(skills("k-other").await.unwrap().status(), 401);
+
+    std::fs::write(
+        &keys,
+        "support-desk k-support
+billing k-support
+",
+    )
+    .unwrap();
+    let mut serve = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+    serve.arg("--api-keys-file").arg(&keys);
+    let (_, stderr) = expect_code(&output(&mut serve).await, 1);
+    assert!(
+        stderr.contains("line 2: the key of `billing` is also on line 1"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("k-support"), "{stderr}");
+}
+
 /// A build script may sign what it built again: the same key over the same
 /// content changes nothing and succeeds, embedded or detached.
 #[tokio::test]

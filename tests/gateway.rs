@@ -9,13 +9,15 @@ use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
-use skillhost::agent::Resolution;
+use skillhost::agent::{
+    ConfirmationId, Declined, PendingConfirmation, Resolution, RunHandle, SkillOutput,
+};
 use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
-use skillhost::gateway::{Gateway, GatewayConfig};
+use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, Principal};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_tools};
@@ -414,10 +416,12 @@ async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_the
     assert_eq!(llm.remaining(), 0);
 }
 
-#[tokio::test]
-async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
-    let served = Served::start(Setup::default()).await;
-    let mut events = served.host.subscribe();
+/// A refund of 88231 started through the host handle, as an embedder's
+/// own code starts one, once its confirmation waits.
+async fn refund_waiting(
+    served: &Served,
+    events: &mut broadcast::Receiver<HostEvent>,
+) -> (RunHandle<SkillOutput>, PendingConfirmation) {
     let run = served
         .host
         .invoke(
@@ -425,19 +429,33 @@ async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
             json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
         )
         .expect("started");
-    let pending = loop {
+    loop {
         if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
-            break pending;
+            return (run, pending);
         }
-    };
-    run.abort();
-    let resolution = loop {
+    }
+}
+
+/// The next confirmation resolved among `events`: its id and resolution.
+async fn next_resolution(
+    events: &mut broadcast::Receiver<HostEvent>,
+) -> (ConfirmationId, Resolution) {
+    loop {
         if let HostEvent::ConfirmationResolved { id, resolution, .. } = events.recv().await.unwrap()
         {
-            assert_eq!(id, pending.id);
-            break resolution;
+            return (id, resolution);
         }
-    };
+    }
+}
+
+#[tokio::test]
+async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
+    let served = Served::start(Setup::default()).await;
+    let mut events = served.host.subscribe();
+    let (run, pending) = refund_waiting(&served, &mut events).await;
+    run.abort();
+    let (id, resolution) = next_resolution(&mut events).await;
+    assert_eq!(id, pending.id);
     assert_eq!(resolution, Resolution::Withdrawn);
     assert!(served.host.confirmations().pending().is_empty());
     assert!(served.db.refunds_for("88231").unwrap().is_empty());
@@ -451,6 +469,100 @@ async fn a_confirmation_withdrawn_by_its_runs_end_is_reported_resolved() {
     };
     assert_eq!(series("pending"), 1.0, "{metrics}");
     assert_eq!(series("withdrawn"), 1.0, "{metrics}");
+}
+
+#[tokio::test]
+async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() {
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec![ApiKey::named("support-desk", "k-support"), "k-plain".into()],
+        admin_key: Some("k-admin".into()),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let mut events = served.host.subscribe();
+    let post = |path: String, key: &str, body: Value| {
+        let request = served.http.post(served.url(&path)).bearer_auth(key);
+        async move { read(request.json(&body).send().await.unwrap()).await }
+    };
+    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+    // Rejected with the admin key, then with a key without a name, then
+    // approved with a named one.
+    let answers = [
+        (
+            "k-admin",
+            json!({"decision": "reject", "reason": "wrong order"}),
+        ),
+        ("k-plain", json!({"decision": "reject"})),
+        ("k-support", json!({"decision": "approve"})),
+    ];
+    for (key, answer) in &answers {
+        let path = "/v1/skills/processRefund/invoke".to_owned();
+        let (status, pending) = post(path, "k-plain", refund.clone()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+        let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+        let (status, done) = post(path.to_owned(), key, answer.clone()).await;
+        assert_eq!(status, StatusCode::OK, "{done:#}");
+    }
+    let mut resolutions = Vec::new();
+    for _ in answers {
+        resolutions.push(next_resolution(&mut events).await.1);
+    }
+    assert_eq!(
+        resolutions,
+        [
+            Resolution::Declined(Declined::Rejected {
+                reason: Some("wrong order".into()),
+                by: Some("admin".into()),
+            }),
+            Resolution::Declined(Declined::Rejected {
+                reason: None,
+                by: Some("api-key-2".into()),
+            }),
+            Resolution::Approved {
+                by: Some("support-desk".into()),
+            },
+        ]
+    );
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn an_application_names_who_answers_a_confirmation() {
+    // An application that authenticates its own users says who they are;
+    // that comes before the key's name.
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec!["k1".into()],
+            ..GatewayConfig::default()
+        },
+        middleware: Some(|router| router.layer(axum::Extension(Principal("li-lei".into())))),
+        ..Setup::default()
+    })
+    .await;
+    let mut events = served.host.subscribe();
+    let (run, pending) = refund_waiting(&served, &mut events).await;
+    // A run the embedder started: the answer says who gave it.
+    let (status, answered) = read(
+        served
+            .http
+            .post(served.url(&format!("/v1/confirmations/{}", pending.id)))
+            .bearer_auth("k1")
+            .json(&json!({"decision": "approve"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answered:#}");
+    assert_eq!(answered["decision"], "approved");
+    assert_eq!(answered["by"], "li-lei");
+    let output = run.result().await.expect("the refund");
+    assert!(
+        format!("{:?}", output.outcome).contains("RF20260629001"),
+        "{output:?}"
+    );
+    let (_, resolution) = next_resolution(&mut events).await;
+    assert_eq!(resolution.by(), Some("li-lei"));
 }
 
 /// The customer an application authenticated, as its tools read it.
@@ -1405,7 +1517,7 @@ async fn an_open_gateway_answers_only_requests_addressed_to_it_by_address() {
     }
     // With keys, the keys guard it, whatever the name.
     let served = Served::with_config(GatewayConfig {
-        api_keys: vec!["k1".into(), " k2".into(), String::new()],
+        api_keys: vec!["k1".into(), " k2".into(), "".into()],
         ..GatewayConfig::default()
     })
     .await;

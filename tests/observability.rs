@@ -460,11 +460,23 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
             Step::text("Refunded."),
         ])
         .await;
-        let run = shop
-            .agent(&llm, AgentConfig::default())
-            .ask("refund 88231")
-            .unwrap();
-        run.finish_with(|_| Decision::Approve).await.result.unwrap();
+        let agent = shop.agent(&llm, AgentConfig::default());
+        let run = agent.ask("refund 88231").unwrap();
+        // Approved on behalf of someone, as the gateway answers with a key.
+        let confirmations = agent.confirmations().clone();
+        run.finish_with(|pending| {
+            confirmations
+                .answer(
+                    pending.id.as_str(),
+                    Decision::Approve,
+                    Some("support-desk".into()),
+                )
+                .unwrap();
+            Decision::Leave
+        })
+        .await
+        .result
+        .unwrap();
         shop.db.refunds_for("88231").unwrap()
     });
     assert_eq!(refunds[0].reason, SECRET_REASON);
@@ -474,6 +486,7 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
     let call = &close["span"];
     assert_eq!(call["caller"], "skill:processRefund");
     assert_eq!(call["confirmation"], "approved");
+    assert_eq!(call["confirmed_by"], "support-desk");
     assert_eq!(call["outcome"], "ok");
     // The write waited and ran between two attempts of the steps, outside
     // the sandbox: the first ended suspended at it, the second replayed the

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::confirm::Decision;
 use super::events::{AgentEvent, CallOutcome, Caller, SkillPath};
-use super::run::Decision;
 use super::service::{Agent, AgentError};
 use crate::skills::SkillName;
 use crate::skills::manifest::TestCase;

@@ -8,7 +8,8 @@
 //! watches the run sees
 //! [`AgentEvent::ConfirmationPending`](super::AgentEvent::ConfirmationPending)
 //! and answers by id with [`Confirmations::approve`] or
-//! [`Confirmations::reject`], possibly from another task or another HTTP
+//! [`Confirmations::reject`] (or [`Confirmations::answer`], which records
+//! who answered), possibly from another task or another HTTP
 //! request: the run outlives the request that started it.
 //!
 //! The arguments stay with the run; an answer carries only the id, so the
@@ -59,10 +60,27 @@ pub enum ConfirmError {
     NotPending(String),
 }
 
-/// A person's answer.
-enum Answer {
+/// What to do with a pending confirmation ([`Confirmations::answer`],
+/// [`RunHandle::finish_with`](super::RunHandle::finish_with)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Approve it: the call runs with the arguments shown.
     Approve,
+    /// Reject it, with an optional reason for the model.
     Reject(Option<String>),
+    /// Leave it pending: someone else answers, or it expires.
+    Leave,
+}
+
+/// A person's answer, as the waiting run receives it.
+enum Answer {
+    Approve {
+        by: Option<String>,
+    },
+    Reject {
+        reason: Option<String>,
+        by: Option<String>,
+    },
 }
 
 struct Slot {
@@ -87,9 +105,9 @@ pub struct Confirmations {
 
 impl Confirmations {
     /// Approves `id`: the call runs with the arguments shown. Returns what
-    /// was approved.
+    /// was approved. To record who approved, use [`Confirmations::answer`].
     pub fn approve(&self, id: &str) -> Result<PendingConfirmation, ConfirmError> {
-        self.answer(id, Answer::Approve)
+        self.answer(id, Decision::Approve, None)
     }
 
     /// Rejects `id`: the call does not run and the model is told, with
@@ -99,7 +117,47 @@ impl Confirmations {
         id: &str,
         reason: Option<String>,
     ) -> Result<PendingConfirmation, ConfirmError> {
-        self.answer(id, Answer::Reject(reason))
+        self.answer(id, Decision::Reject(reason), None)
+    }
+
+    /// Answers `id` on behalf of `by` (a user's id, an API key's name):
+    /// the [`Resolution`] the run's events and logs carry names them.
+    /// Returns what was answered (with [`Decision::Leave`], what waits).
+    pub fn answer(
+        &self,
+        id: &str,
+        decision: Decision,
+        by: Option<String>,
+    ) -> Result<PendingConfirmation, ConfirmError> {
+        let answer = match decision {
+            Decision::Approve => Answer::Approve { by },
+            Decision::Reject(reason) => Answer::Reject { reason, by },
+            Decision::Leave => {
+                return self
+                    .get(id)
+                    .ok_or_else(|| ConfirmError::NotPending(id.to_owned()));
+            }
+        };
+        let mut slots = self.lock();
+        let Slot {
+            pending,
+            answer: to,
+            answered,
+            ..
+        } = slots
+            .remove(id)
+            .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
+        // Sent before the lock is let go: an expiry that finds the slot
+        // gone then always finds the answer (see `Ticket::resolution`), so
+        // an answer reported accepted is the one the call gets.
+        let sent = to.send(answer);
+        if sent.is_ok() {
+            answered.send_replace(true);
+        }
+        drop(slots);
+        // A closed receiver means the run is gone: nothing was approved.
+        sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
+        Ok(pending)
     }
 
     /// The confirmation `id`, if it is waiting.
@@ -124,29 +182,6 @@ impl Confirmations {
             .collect();
         pending.sort_by_key(|pending| pending.expires_at);
         pending
-    }
-
-    fn answer(&self, id: &str, answer: Answer) -> Result<PendingConfirmation, ConfirmError> {
-        let mut slots = self.lock();
-        let Slot {
-            pending,
-            answer: to,
-            answered,
-            ..
-        } = slots
-            .remove(id)
-            .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
-        // Sent before the lock is let go: an expiry that finds the slot
-        // gone then always finds the answer (see `Ticket::resolution`), so
-        // an answer reported accepted is the one the call gets.
-        let sent = to.send(answer);
-        if sent.is_ok() {
-            answered.send_replace(true);
-        }
-        drop(slots);
-        // A closed receiver means the run is gone: nothing was approved.
-        sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
-        Ok(pending)
     }
 
     /// Opens a confirmation for a call; the returned ticket waits for the
@@ -240,8 +275,10 @@ impl Ticket {
             },
         };
         match answer {
-            Some(Answer::Approve) => Resolution::Approved,
-            Some(Answer::Reject(reason)) => Resolution::Declined(Declined::Rejected { reason }),
+            Some(Answer::Approve { by }) => Resolution::Approved { by },
+            Some(Answer::Reject { reason, by }) => {
+                Resolution::Declined(Declined::Rejected { reason, by })
+            }
             // Unanswered (or the store dropped the slot): never runs.
             None => Resolution::Declined(Declined::Expired { after: self.expiry }),
         }
@@ -369,7 +406,7 @@ mod tests {
         assert_eq!(store.pending().len(), 1);
         let approved = store.approve(id.as_str()).unwrap();
         assert_eq!(approved.arguments["orderId"], "88231");
-        assert_eq!(ticket.resolution().await, Resolution::Approved);
+        assert_eq!(ticket.resolution().await, Resolution::Approved { by: None });
         assert!(store.pending().is_empty());
         assert_eq!(
             store.approve(id.as_str()),
@@ -387,7 +424,42 @@ mod tests {
         assert_eq!(
             ticket.resolution().await,
             Resolution::Declined(Declined::Rejected {
-                reason: Some("wrong order".into())
+                reason: Some("wrong order".into()),
+                by: None,
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_on_behalf_of_someone_names_them() {
+        let store = Confirmations::default();
+        let approved = open(&store, Duration::from_secs(60));
+        store
+            .answer(
+                approved.pending().id.as_str(),
+                Decision::Approve,
+                Some("support".into()),
+            )
+            .unwrap();
+        assert_eq!(
+            approved.resolution().await,
+            Resolution::Approved {
+                by: Some("support".into())
+            }
+        );
+        let rejected = open(&store, Duration::from_secs(60));
+        store
+            .answer(
+                rejected.pending().id.as_str(),
+                Decision::Reject(None),
+                Some("billing".into()),
+            )
+            .unwrap();
+        assert_eq!(
+            rejected.resolution().await,
+            Resolution::Declined(Declined::Rejected {
+                reason: None,
+                by: Some("billing".into()),
             })
         );
     }

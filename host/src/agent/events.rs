@@ -52,13 +52,18 @@ pub enum SkillPath {
 }
 
 /// How a person's confirmation ended. Serialized flat, as one object with
-/// a `decision`: `{"decision": "approved"}`, `{"decision": "rejected",
-/// "reason": …}`, `{"decision": "expired", "after": <ms>}` or
-/// `{"decision": "withdrawn"}`.
+/// a `decision`: `{"decision": "approved", "by"?}`, `{"decision":
+/// "rejected", "reason": …, "by"?}`, `{"decision": "expired", "after":
+/// <ms>}` or `{"decision": "withdrawn"}`; `by` is there when the answer
+/// said who gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {
     /// Approved: the call ran with the arguments shown.
-    Approved,
+    Approved {
+        /// Who approved it, when the answer said
+        /// ([`Confirmations::answer`](super::Confirmations::answer)).
+        by: Option<String>,
+    },
     /// Rejected or expired: the call did not run.
     Declined(Declined),
     /// The run ended while the confirmation waited (it was aborted, or its
@@ -67,16 +72,29 @@ pub enum Resolution {
     Withdrawn,
 }
 
+impl Resolution {
+    /// Who answered, when the answer said.
+    pub fn by(&self) -> Option<&str> {
+        match self {
+            Self::Approved { by } | Self::Declined(Declined::Rejected { by, .. }) => by.as_deref(),
+            Self::Declined(Declined::Expired { .. }) | Self::Withdrawn => None,
+        }
+    }
+}
+
 impl Serialize for Resolution {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let decision = match self {
-            Self::Approved => "approved",
-            Self::Withdrawn => "withdrawn",
+        let (decision, by) = match self {
+            Self::Approved { by } => ("approved", by.as_deref()),
+            Self::Withdrawn => ("withdrawn", None),
             Self::Declined(declined) => return declined.serialize(serializer),
         };
-        let mut map = serializer.serialize_map(Some(1))?;
+        let mut map = serializer.serialize_map(None)?;
         map.serialize_entry("decision", decision)?;
+        if let Some(by) = by {
+            map.serialize_entry("by", by)?;
+        }
         map.end()
     }
 }
@@ -89,6 +107,10 @@ pub enum Declined {
     Rejected {
         /// Why, in the person's words.
         reason: Option<String>,
+        /// Who rejected it, when the answer said. Neither the model nor the
+        /// skill is told.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// Nobody answered in time; treated as a rejection.
     Expired {
@@ -102,9 +124,10 @@ impl Declined {
     /// What happened, for a person or a skill's steps.
     pub(super) fn describe(&self, tool: &str) -> String {
         match self {
-            Self::Rejected { reason: None } => format!("a person declined `{tool}`"),
+            Self::Rejected { reason: None, .. } => format!("a person declined `{tool}`"),
             Self::Rejected {
                 reason: Some(reason),
+                ..
             } => format!("a person declined `{tool}`: {reason}"),
             Self::Expired { after } => format!(
                 "the confirmation for `{tool}` expired after {} s without an answer",
@@ -116,7 +139,7 @@ impl Declined {
     /// What the model is told: the call did not run, and what to do now.
     pub(super) fn tell_model(&self, tool: &str) -> String {
         match self {
-            Self::Rejected { reason } => format!(
+            Self::Rejected { reason, .. } => format!(
                 "the user declined `{tool}`{}; it was not executed. Do not call it again; tell \
                  the user it was not done and ask how they want to proceed.",
                 reason
@@ -318,12 +341,29 @@ mod tests {
     #[test]
     fn a_resolution_is_one_object_with_a_decision() {
         let shapes = [
-            (Resolution::Approved, json!({"decision": "approved"})),
+            (
+                Resolution::Approved { by: None },
+                json!({"decision": "approved"}),
+            ),
+            (
+                Resolution::Approved {
+                    by: Some("support".into()),
+                },
+                json!({"decision": "approved", "by": "support"}),
+            ),
             (
                 Resolution::Declined(Declined::Rejected {
                     reason: Some("not today".into()),
+                    by: None,
                 }),
                 json!({"decision": "rejected", "reason": "not today"}),
+            ),
+            (
+                Resolution::Declined(Declined::Rejected {
+                    reason: None,
+                    by: Some("support".into()),
+                }),
+                json!({"decision": "rejected", "reason": null, "by": "support"}),
             ),
             (
                 Resolution::Declined(Declined::Expired {

@@ -73,13 +73,13 @@ pub mod tokens;
 
 pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT, UnknownPolicyTool};
 pub use confirm::{
-    ConfirmError, ConfirmationId, ConfirmationWatch, Confirmations, MAX_EXPIRY, PendingConfirmation,
+    ConfirmError, ConfirmationId, ConfirmationWatch, Confirmations, Decision, MAX_EXPIRY,
+    PendingConfirmation,
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
 pub use run::{
-    Decision, Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker,
-    SkillOutput,
+    Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker, SkillOutput,
 };
 pub use service::{Agent, AgentBuilder, AgentError};
 pub use transcript::{Compaction, Transcript};

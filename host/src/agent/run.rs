@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::AgentError;
 use super::catalog::Catalog;
-use super::confirm::{ConfirmationId, Confirmations, PendingConfirmation};
+use super::confirm::{ConfirmationId, Confirmations, Decision, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
@@ -64,17 +64,6 @@ pub struct SkillOutput {
     pub outcome: CallOutcome,
     /// LLM calls and tokens (none when its deterministic steps finished).
     pub stats: RunStats,
-}
-
-/// What to do with a pending confirmation, for [`RunHandle::finish_with`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decision {
-    /// Approve it.
-    Approve,
-    /// Reject it, with an optional reason for the model.
-    Reject(Option<String>),
-    /// Leave it pending: someone else answers, or it expires.
-    Leave,
 }
 
 /// Everything a run reported, and how it ended.
@@ -210,11 +199,7 @@ impl<T: Send + 'static> RunHandle<T> {
                 // An answer can be refused only when the confirmation is
                 // already gone (expired, run aborted); the run says so in
                 // its own events.
-                let _ = match decide(pending) {
-                    Decision::Approve => self.confirmations.approve(id).map(drop),
-                    Decision::Reject(reason) => self.confirmations.reject(id, reason).map(drop),
-                    Decision::Leave => Ok(()),
-                };
+                let _ = self.confirmations.answer(id, decide(pending), None);
             }
             events.push(event);
         }
@@ -562,7 +547,8 @@ impl RunContext {
                 tool,
             };
             let resolution = ticket.resolution().await;
-            span.confirmed(resolution == Resolution::Approved);
+            let approved = matches!(resolution, Resolution::Approved { .. });
+            span.confirmed(approved, resolution.by());
             waiting.resolved(resolution.clone());
             if let Resolution::Declined(why) = resolution {
                 self.declined_calls().push((tool.to_owned(), why.clone()));

@@ -8,7 +8,8 @@
 //! the file, the defaults. Where skills, keys and the demo database live
 //! (`--skills`, `--trust`, `--db`, ...) is given as for every other command,
 //! and secrets never sit in the file: API keys come from
-//! `SKILLHOST_API_KEYS` / `SKILLHOST_ADMIN_KEY`, the LLM key from
+//! `SKILLHOST_API_KEYS`, `SKILLHOST_API_KEYS_FILE` and
+//! `SKILLHOST_ADMIN_KEY`, the LLM key from
 //! `OPENAI_API_KEY` or the variable `[llm] api_key_env` names, header
 //! secrets of HTTP tools from `${VAR}`s.
 

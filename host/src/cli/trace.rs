@@ -95,7 +95,7 @@ impl Trace {
                 resolution,
             } => {
                 let how = match resolution {
-                    Resolution::Approved => "approved".to_owned(),
+                    Resolution::Approved { .. } => "approved".to_owned(),
                     Resolution::Declined(Declined::Rejected { .. }) => "rejected".to_owned(),
                     Resolution::Declined(Declined::Expired { after }) => {
                         format!("expired after {after:?}")

@@ -415,7 +415,7 @@ impl HostMetrics {
 
     pub(super) fn confirmation_resolved(&self, resolution: &Resolution) {
         self.confirmation(match resolution {
-            Resolution::Approved => "approved",
+            Resolution::Approved { .. } => "approved",
             Resolution::Declined(Declined::Rejected { .. }) => "rejected",
             Resolution::Declined(Declined::Expired { .. }) => "expired",
             Resolution::Withdrawn => "withdrawn",

@@ -55,7 +55,7 @@ pub use metrics::HostMetrics;
 use crate::agent::catalog::DisclosureConfig;
 use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
 use crate::agent::{
-    Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations,
+    Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations, Decision,
     PendingConfirmation, RunHandle, RunOptions, RunOutput, SkillOutput, UnknownPolicyTool,
 };
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
@@ -416,6 +416,18 @@ impl SkillHost {
         reason: Option<String>,
     ) -> Result<PendingConfirmation, ConfirmError> {
         self.confirmations().reject(id, reason)
+    }
+
+    /// Answers the pending confirmation `id` on behalf of `by` (your
+    /// user's id): the resolution in the run's events, the host's
+    /// [`HostEvent`]s and the logs names them.
+    pub fn answer(
+        &self,
+        id: &str,
+        decision: Decision,
+        by: Option<String>,
+    ) -> Result<PendingConfirmation, ConfirmError> {
+        self.confirmations().answer(id, decision, by)
     }
 
     /// Every pending confirmation of every run.

@@ -3,11 +3,11 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,8 +17,8 @@ use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
 use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status, StreamOptions};
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
-use super::{AppState, Mount, RunStart};
-use crate::agent::{AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
+use super::{AppState, Mount, Principal, RunStart};
+use crate::agent::{self, AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
 
 /// OpenAI chat completions with the agent behind them: one run over the
 /// request's messages, answered as one completion, or as SSE chunks with
@@ -85,20 +85,24 @@ enum Decision {
 /// response is the run's next completion (chat) or invocation result
 /// (invoke) — its end, or its next pending confirmation. A confirmation of a
 /// run started elsewhere (an embedder's own code) is answered with
-/// `{"id", "decision", "confirmation"}`.
+/// `{"id", "decision", "by"?, "confirmation"}`. The answer is given on
+/// behalf of the request's [`Principal`], when it has one.
 pub async fn answer_confirmation(
     State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<String>,
     mount: Mount,
+    principal: Option<Extension<Principal>>,
     ApiJson(answer): ApiJson<Answer>,
 ) -> Result<Response, ApiError> {
+    let by = principal.map(|Extension(Principal(name))| name);
+    let decision = match answer.decision {
+        Decision::Approve => agent::Decision::Approve,
+        Decision::Reject => agent::Decision::Reject(answer.reason.clone()),
+    };
     // Answered elsewhere in the meantime: the parking drives its run on.
     let (confirmation, parked) = state
         .parking
-        .answer(&id, || match answer.decision {
-            Decision::Approve => state.host.approve(&id),
-            Decision::Reject => state.host.reject(&id, answer.reason.clone()),
-        })
+        .answer(&id, || state.host.answer(&id, decision, by.clone()))
         .map_err(|error| not_pending(&error))?;
     match parked.map(Parked::answered) {
         Some(Parked::Chat(mut chat)) => {
@@ -112,15 +116,20 @@ pub async fn answer_confirmation(
             }
         }
         Some(Parked::Invoke(invoke)) => finish_invocation(&state, invoke, &mount).await,
-        None => Ok(Json(json!({
-            "id": id,
-            "decision": match answer.decision {
-                Decision::Approve => "approved",
-                Decision::Reject => "rejected",
-            },
-            "confirmation": confirmation,
-        }))
-        .into_response()),
+        None => {
+            let mut answered = json!({
+                "id": id,
+                "decision": match answer.decision {
+                    Decision::Approve => "approved",
+                    Decision::Reject => "rejected",
+                },
+                "confirmation": confirmation,
+            });
+            if let Some(by) = by {
+                answered["by"] = by.into();
+            }
+            Ok(Json(answered).into_response())
+        }
     }
 }
 

@@ -64,7 +64,9 @@
 //! hands it to every tool it calls, so that a tool acts for the user the
 //! application authenticated, whatever the model or the skill writes in
 //! the arguments. It stays with the run: the request answering a
-//! confirmation cannot change it.
+//! confirmation cannot change it. A [`Principal`] attached the same way
+//! says who the user is: a confirmation their request answers is resolved
+//! on their behalf.
 //!
 //! Without code of its own, a deployment can pass request headers on to
 //! HTTP tools instead: those [`GatewayConfig::forward_headers`] names are
@@ -81,7 +83,11 @@
 //!   show every user's confirmations and the whole host's activity. Without
 //!   an admin key, admin routes are open only when no API key is configured
 //!   either, and refused (403) otherwise — adding API keys never leaves the
-//!   admin routes open. The admin key also works on API routes.
+//!   admin routes open. The admin key also works on API routes. Each key
+//!   has a name ([`ApiKey`]; the admin key's is `admin`): a request that
+//!   presents it acts as that [`Principal`], unless the application that
+//!   mounts the router attached its own, and a confirmation it answers is
+//!   resolved on its behalf (`"by"` in `confirmation_resolved`).
 //!   `/healthz` is always open. A gateway with no key at all answers only
 //!   requests addressed to `localhost`, an IP address or one of
 //!   [`GatewayConfig::allowed_hosts`] (403 `host_not_allowed`): a web page
@@ -109,6 +115,7 @@
 mod chat;
 mod cors;
 pub mod errors;
+mod keys;
 mod openai;
 mod ops;
 mod runs;
@@ -126,7 +133,6 @@ use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -137,6 +143,8 @@ use crate::tools::ToolContext;
 use crate::tools::http::Forwarded;
 pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
+pub use keys::{ApiKey, Principal};
+use keys::{Keys, require_admin_key, require_api_key};
 use runs::Parking;
 
 /// Largest request body accepted. Default: 1 MiB — a chat request with a
@@ -153,11 +161,12 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// never logged (`Debug` redacts them).
 #[derive(Clone)]
 pub struct GatewayConfig {
-    /// Bearer keys accepted on API routes. Default: none — API routes are
-    /// open (fine on loopback, not beyond).
-    pub api_keys: Vec<String>,
-    /// Bearer key for admin routes. Default: none (see the module docs for
-    /// what admin routes do then).
+    /// Bearer keys accepted on API routes, each with the name its holder
+    /// goes by (`"key".into()` for one named by its position). Default:
+    /// none — API routes are open (fine on loopback, not beyond).
+    pub api_keys: Vec<ApiKey>,
+    /// Bearer key for admin routes; it goes by `admin`. Default: none (see
+    /// the module docs for what admin routes do then).
     pub admin_key: Option<String>,
     /// Default: [`DEFAULT_BODY_LIMIT`].
     pub body_limit: usize,
@@ -279,12 +288,7 @@ struct AppState {
 
 impl Gateway {
     pub fn new(host: SkillHost, config: GatewayConfig) -> Self {
-        // Trimmed, as presented keys are; an empty one is no key.
-        let key = |key: &String| Some(key.trim()).filter(|key| !key.is_empty()).map(digest);
-        let keys = Keys {
-            api: config.api_keys.iter().filter_map(key).collect(),
-            admin: config.admin_key.as_ref().and_then(key),
-        };
+        let keys = Keys::new(&config.api_keys, config.admin_key.as_deref());
         let parking = Arc::new(Parking::new(config.max_parked_runs));
         Self {
             state: Arc::new(AppState {
@@ -392,186 +396,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Mount {
             .and_then(|original| original.path().strip_suffix(parts.uri.path()))
             .unwrap_or_default();
         Ok(Self(prefix.to_owned()))
-    }
-}
-
-/// SHA-256 digests of the configured keys: compared in constant time.
-struct Keys {
-    api: Vec<[u8; 32]>,
-    admin: Option<[u8; 32]>,
-}
-
-fn digest(key: &str) -> [u8; 32] {
-    Sha256::digest(key.as_bytes()).into()
-}
-
-/// Equality that takes the same time wherever the first difference is.
-fn same(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
-}
-
-impl Keys {
-    /// Whether any key is configured: then `Authorization` carries one.
-    fn any(&self) -> bool {
-        !self.api.is_empty() || self.admin.is_some()
-    }
-
-    fn is_api(&self, key: &[u8; 32]) -> bool {
-        self.api.iter().any(|api| same(api, key))
-    }
-
-    fn is_admin(&self, key: &[u8; 32]) -> bool {
-        self.admin.as_ref().is_some_and(|admin| same(admin, key))
-    }
-
-    /// Whether the gateway is open: no key of any kind.
-    fn open(&self) -> bool {
-        self.api.is_empty() && self.admin.is_none()
-    }
-
-    fn check_api(&self, presented: Option<&str>) -> Result<(), ApiError> {
-        if self.api.is_empty() {
-            return Ok(());
-        }
-        let key = digest(presented.ok_or_else(|| missing_key("an API key"))?);
-        if self.is_api(&key) || self.is_admin(&key) {
-            Ok(())
-        } else {
-            Err(invalid_key())
-        }
-    }
-
-    fn check_admin(&self, presented: Option<&str>) -> Result<(), ApiError> {
-        if self.admin.is_none() {
-            return if self.api.is_empty() {
-                Ok(())
-            } else {
-                Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    ErrorType::PermissionError,
-                    "admin_disabled",
-                    "admin routes are disabled: this gateway has API keys but no admin key \
-                     (set SKILLHOST_ADMIN_KEY)",
-                ))
-            };
-        }
-        let key = digest(presented.ok_or_else(|| missing_key("the admin key"))?);
-        if self.is_admin(&key) {
-            Ok(())
-        } else if self.is_api(&key) {
-            Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                ErrorType::PermissionError,
-                "admin_key_required",
-                "this route needs the admin key; an API key is not enough",
-            ))
-        } else {
-            Err(invalid_key())
-        }
-    }
-}
-
-fn missing_key(which: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        ErrorType::AuthenticationError,
-        "missing_api_key",
-        format!("this route needs {which}: send `Authorization: Bearer <key>`"),
-    )
-}
-
-/// Refuses a request to an open gateway (no keys) that names a host other
-/// than `localhost`, an IP address or one of `allowed`: a web page that
-/// made its own name resolve to 127.0.0.1 (DNS rebinding) sends its name,
-/// and could otherwise approve confirmations or run skills on a loopback
-/// gateway. A request without a host (not a browser's) passes.
-fn check_open_host(request: &Request, allowed: &[String]) -> Result<(), ApiError> {
-    let authority = request.uri().host().map(str::to_owned).or_else(|| {
-        let value = request.headers().get(header::HOST)?.to_str().ok()?;
-        Some(host_of(value).to_owned())
-    });
-    let Some(host) = authority else {
-        return Ok(());
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.eq_ignore_ascii_case("localhost")
-        || host.parse::<std::net::IpAddr>().is_ok()
-        || allowed.iter().any(|name| name.eq_ignore_ascii_case(host))
-    {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        StatusCode::FORBIDDEN,
-        ErrorType::PermissionError,
-        "host_not_allowed",
-        format!(
-            "this gateway has no keys, so it answers only requests addressed to localhost or \
-             an IP address, not to `{host}` (which a web page could make resolve to it); list \
-             the name in [server] allowed_hosts, or set API keys"
-        ),
-    ))
-}
-
-/// The host of a `Host` header value, without its port.
-fn host_of(value: &str) -> &str {
-    if let Some(rest) = value.strip_prefix('[') {
-        return rest.split_once(']').map_or(rest, |(host, _)| host);
-    }
-    value.rsplit_once(':').map_or(value, |(host, _)| host)
-}
-
-fn invalid_key() -> ApiError {
-    ApiError::new(
-        StatusCode::UNAUTHORIZED,
-        ErrorType::AuthenticationError,
-        "invalid_api_key",
-        "the API key is not valid for this gateway",
-    )
-}
-
-/// The token of an `Authorization: Bearer <token>` header.
-fn bearer(request: &Request) -> Option<&str> {
-    let value = request
-        .headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|token| !token.is_empty())
-}
-
-async fn require_api_key(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let checked = if state.keys.open() {
-        check_open_host(&request, &state.config.allowed_hosts)
-    } else {
-        state.keys.check_api(bearer(&request))
-    };
-    match checked {
-        Ok(()) => next.run(request).await,
-        Err(error) => error.into_response(),
-    }
-}
-
-async fn require_admin_key(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let checked = if state.keys.open() {
-        check_open_host(&request, &state.config.allowed_hosts)
-    } else {
-        state.keys.check_admin(bearer(&request))
-    };
-    match checked {
-        Ok(()) => next.run(request).await,
-        Err(error) => error.into_response(),
     }
 }
 

@@ -179,6 +179,7 @@ impl<'a> ToolCallSpan<'a> {
             access = field::Empty,
             latency_ms = field::Empty,
             confirmation = field::Empty,
+            confirmed_by = field::Empty,
             outcome = field::Empty,
             refused = field::Empty,
         );
@@ -203,10 +204,14 @@ impl<'a> ToolCallSpan<'a> {
             .in_scope(|| tracing::debug!(arguments = %arguments, "tool call arguments"));
     }
 
-    /// Records whether the person asked approved the call.
-    pub fn confirmed(&self, approved: bool) {
+    /// Records whether the person asked approved the call, and who they
+    /// were when their answer said.
+    pub fn confirmed(&self, approved: bool, by: Option<&str>) {
         let answer = if approved { "approved" } else { "declined" };
         self.span.record("confirmation", answer);
+        if let Some(by) = by {
+            self.span.record("confirmed_by", by);
+        }
     }
 
     /// Validates and runs `tool` in `context` inside the span, timing its

@@ -2,6 +2,7 @@
 //! shop, with hot reload.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +17,9 @@ use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::DemoDb;
 
 use super::{HostArgs, config, console, progress};
+use keys::bearer_key;
+
+mod keys;
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
 /// a gateway without API keys is not reachable from other machines.
@@ -43,7 +47,8 @@ pub struct ServeArgs {
     #[arg(long, env = "SKILLHOST_LISTEN", value_name = "IP:PORT", value_parser = listen_address)]
     listen: Option<SocketAddr>,
     /// API keys clients send as `Authorization: Bearer <key>`; comma-separated
-    /// or repeated. None: the API routes are open.
+    /// or repeated. They go by api-key-1, api-key-2, … in events and logs.
+    /// None (and no --api-keys-file): the API routes are open.
     #[arg(
         long = "api-key",
         value_name = "KEY",
@@ -53,6 +58,11 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     api_keys: Vec<String>,
+    /// A file of named API keys, one `NAME KEY` per line (`#` comments): a
+    /// confirmation answered with a key is answered on behalf of its name,
+    /// e.g. "approved by support-desk". Keep it readable by this user only.
+    #[arg(long, value_name = "FILE", env = "SKILLHOST_API_KEYS_FILE")]
+    api_keys_file: Option<PathBuf>,
     /// The key of the admin routes (events, pending confirmations, metrics).
     /// None: admin routes are open only when no API key is set either.
     #[arg(
@@ -100,6 +110,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = args.host.signature_policy()?;
     report_trust(&policy);
     let runtime = args.host.runtime_config(&file)?;
+    let api_keys = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
+    let has_api_keys = !api_keys.is_empty();
+    let with_keys = has_api_keys || args.admin_key.is_some();
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(skills_dir, policy)
         .runtime_config(runtime)
@@ -121,7 +134,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let gateway = Gateway::new(
         host,
         GatewayConfig {
-            api_keys: args.api_keys.clone(),
+            api_keys,
             admin_key: args.admin_key.clone(),
             body_limit: args
                 .body_limit
@@ -136,8 +149,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
-            forward_headers: server
-                .forward_headers(!args.api_keys.is_empty() || args.admin_key.is_some())?,
+            forward_headers: server.forward_headers(with_keys)?,
         },
     );
     let listen = match args.listen.or(server.listen) {
@@ -148,7 +160,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let address = listener.local_addr()?;
-    if !address.ip().is_loopback() && args.api_keys.is_empty() {
+    if !address.ip().is_loopback() && !has_api_keys {
         console::warn(&format!(
             "listening on {address} without API keys: anyone who can reach it can run skills \
              and approve writes (set SKILLHOST_API_KEYS)"
@@ -305,33 +317,9 @@ fn listen_address(text: &str) -> Result<SocketAddr, String> {
     })
 }
 
-/// `--api-key` and `--admin-key`: a blank key is refused. The gateway
-/// ignores one (clients could not send it), so taking it would leave the
-/// routes open while the operator believes them guarded, and keep the
-/// warning about an open gateway from being shown.
-fn bearer_key(text: &str) -> Result<String, String> {
-    if text.trim().is_empty() {
-        return Err(
-            "a key is empty or blank (an empty environment variable, or a stray \
-                    comma in a list of keys?); to serve without keys, set none"
-                .to_owned(),
-        );
-    }
-    Ok(text.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{bearer_key, listen_address};
-
-    #[test]
-    fn a_blank_key_is_refused_not_taken_for_a_guard() {
-        assert_eq!(bearer_key("k-1").unwrap(), "k-1");
-        for blank in ["", "  "] {
-            let error = bearer_key(blank).unwrap_err();
-            assert!(error.contains("empty or blank"), "{error}");
-        }
-    }
+    use super::listen_address;
 
     #[test]
     fn a_listen_address_slip_gets_an_example_of_the_form() {
