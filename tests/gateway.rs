@@ -499,6 +499,8 @@ async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() 
         let path = "/v1/skills/processRefund/invoke".to_owned();
         let (status, pending) = post(path, "k-plain", refund.clone()).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+        // Who asked is shown to whoever answers.
+        assert_eq!(pending["confirmation"]["requested_by"], "api-key-2");
         let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
         let (status, done) = post(path.to_owned(), key, answer.clone()).await;
         assert_eq!(status, StatusCode::OK, "{done:#}");
@@ -541,7 +543,8 @@ async fn an_application_names_who_answers_a_confirmation() {
     .await;
     let mut events = served.host.subscribe();
     let (run, pending) = refund_waiting(&served, &mut events).await;
-    // A run the embedder started: the answer says who gave it.
+    // A run the embedder started on nobody's behalf.
+    assert_eq!(pending.requested_by, None);
     let (status, answered) = read(
         served
             .http
@@ -554,6 +557,7 @@ async fn an_application_names_who_answers_a_confirmation() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{answered:#}");
+    assert!(answered["confirmation"].get("requested_by").is_none());
     assert_eq!(answered["decision"], "approved");
     assert_eq!(answered["by"], "li-lei");
     let output = run.result().await.expect("the refund");

@@ -39,6 +39,10 @@ pub struct PendingConfirmation {
     pub id: ConfirmationId,
     /// The run that waits.
     pub run: RunId,
+    /// Who the run acts for, when it was started on someone's behalf
+    /// ([`RunOptions::on_behalf_of`](super::RunOptions::on_behalf_of)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_by: Option<String>,
     /// Who made the call: the main agent or a skill.
     pub caller: Caller,
     /// The tool to run.
@@ -189,6 +193,7 @@ impl Confirmations {
     pub(crate) fn open(
         &self,
         run: RunId,
+        requested_by: Option<String>,
         caller: Caller,
         tool: &str,
         arguments: Value,
@@ -199,6 +204,7 @@ impl Confirmations {
         let pending = PendingConfirmation {
             id: id.clone(),
             run,
+            requested_by,
             caller,
             tool: tool.to_owned(),
             summary: summarize(tool, &arguments),
@@ -354,6 +360,7 @@ mod tests {
     fn open(store: &Confirmations, expiry: Duration) -> Ticket {
         store.open(
             RunId::random(),
+            None,
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231", "reason": "broken"}),

@@ -314,6 +314,8 @@ pub(super) struct RunContext {
     /// What every tool call of the run is handed: the embedder's values and
     /// the run's id.
     tool_context: ToolContext,
+    /// Who the run acts for ([`RunOptions::on_behalf_of`]).
+    requested_by: Option<String>,
 }
 
 /// How to start a run: [`Agent::start_with`](super::Agent::start_with),
@@ -323,6 +325,7 @@ pub(super) struct RunContext {
 pub struct RunOptions {
     stream: bool,
     context: ToolContext,
+    requested_by: Option<String>,
 }
 
 impl RunOptions {
@@ -355,6 +358,15 @@ impl RunOptions {
         self.context = context;
         self
     }
+
+    /// The run acts for `principal` (a user's id, an API key's name): every
+    /// confirmation it opens names them as
+    /// [`PendingConfirmation::requested_by`], beside whoever answers it.
+    #[must_use]
+    pub fn on_behalf_of(mut self, principal: impl Into<String>) -> Self {
+        self.requested_by = Some(principal.into());
+        self
+    }
 }
 
 impl RunContext {
@@ -372,7 +384,11 @@ impl RunContext {
             .observer
             .as_ref()
             .map(|observe| Mutex::new(observe(&id)));
-        let RunOptions { stream, context } = options;
+        let RunOptions {
+            stream,
+            context,
+            requested_by,
+        } = options;
         let run = Self {
             tool_context: context.with(id.clone()),
             id,
@@ -386,6 +402,7 @@ impl RunContext {
             stats: Mutex::default(),
             last_write: Mutex::default(),
             declined: Mutex::default(),
+            requested_by,
         };
         (Arc::new(run), receiver)
     }
@@ -535,6 +552,7 @@ impl RunContext {
         if policy.requires(registered.spec()) {
             let ticket = self.agent.confirmations.open(
                 self.id.clone(),
+                self.requested_by.clone(),
                 caller.clone(),
                 tool,
                 arguments.clone(),

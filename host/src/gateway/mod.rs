@@ -238,7 +238,8 @@ impl fmt::Debug for GatewayConfig {
 
 /// The options of a run a request starts: the [`ToolContext`] an
 /// application attached to the request, if any, with the headers
-/// [`GatewayConfig::forward_headers`] names (see the module docs).
+/// [`GatewayConfig::forward_headers`] names (see the module docs), on
+/// behalf of the request's [`Principal`].
 struct RunStart(RunOptions);
 
 impl FromRequestParts<Arc<AppState>> for RunStart {
@@ -266,7 +267,11 @@ impl FromRequestParts<Arc<AppState>> for RunStart {
             }
             context.insert(forwarded);
         }
-        Ok(Self(RunOptions::new().context(context)))
+        let options = RunOptions::new().context(context);
+        Ok(Self(match parts.extensions.get::<Principal>() {
+            Some(Principal(name)) => options.on_behalf_of(name.clone()),
+            None => options,
+        }))
     }
 }
 

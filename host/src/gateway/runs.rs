@@ -498,6 +498,7 @@ mod tests {
         let before = confirmations.pending();
         let ticket = confirmations.open(
             RunId::random(),
+            None,
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231"}),
