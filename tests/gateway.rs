@@ -1148,6 +1148,55 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
 }
 
 #[tokio::test]
+async fn one_client_past_its_share_of_waiting_runs_is_answered_429_and_others_still_park() {
+    let served = Served::with_config(GatewayConfig {
+        api_keys: vec![
+            ApiKey::named("web-app", "k-web"),
+            ApiKey::named("support-desk", "k-support"),
+        ],
+        max_parked_runs_per_principal: Some(1),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let invoke = |key: &str| {
+        served
+            .http
+            .post(served.url("/v1/skills/processRefund/invoke"))
+            .bearer_auth(key)
+            .json(&json!({"orderId": "88231", "reason": "the robot vacuum is broken"}))
+            .send()
+    };
+    let (status, first) = read(invoke("k-web").await.unwrap()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first:#}");
+    let refused = invoke("k-web").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["x-should-retry"], "false");
+    let (_, body) = read(refused).await;
+    let error = error_of(&body, "too_many_pending_confirmations");
+    assert_eq!(error["type"], "rate_limit_error");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("`web-app` already has 1 runs waiting")
+            && message.contains("max_parked_runs_per_principal"),
+        "{message}"
+    );
+    // Another client's run still waits for its answer.
+    let (status, other) = read(invoke("k-support").await.unwrap()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{other:#}");
+    // The refused run was aborted (its confirmation withdrawn as the task
+    // ends): only the two parked ones wait.
+    let waiting = || served.host.confirmations().pending().len();
+    for _ in 0..100 {
+        if waiting() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(waiting(), 2);
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn runs_waiting_for_a_person_are_capped_and_one_past_the_cap_writes_nothing() {
     let served = Served::with_config(GatewayConfig {
         max_parked_runs: 1,

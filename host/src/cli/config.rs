@@ -61,6 +61,7 @@ pub struct ServerSection {
     pub request_timeout_secs: Option<u64>,
     pub shutdown_grace_secs: Option<u64>,
     pub max_parked_runs: Option<usize>,
+    pub max_parked_runs_per_principal: Option<usize>,
     pub allowed_hosts: Option<Vec<String>>,
     pub cors_origins: Option<Vec<CorsOrigin>>,
     /// See [`ServerSection::forward_headers`].
@@ -336,6 +337,7 @@ mod tests {
             file.server.max_parked_runs,
             Some(skillhost::gateway::DEFAULT_MAX_PARKED_RUNS)
         );
+        assert_eq!(file.server.max_parked_runs_per_principal, None);
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
     }

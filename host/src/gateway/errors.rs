@@ -39,6 +39,8 @@ pub enum ErrorType {
     ServiceUnavailableError,
     /// The request took longer than the gateway allows.
     TimeoutError,
+    /// The client has as much under way as one client may (429).
+    RateLimitError,
     /// A bug in the host.
     ServerError,
 }
@@ -141,11 +143,12 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
-        // OpenAI's SDKs send a request again on a 5xx unless told not to.
-        // Here one comes from a run that may already have called tools (a
-        // round limit, a timeout), or from what a retry does not change:
-        // sent again, a whole run would run again.
-        if self.status.is_server_error() {
+        // OpenAI's SDKs send a request again on a 5xx or a 429 unless told
+        // not to. Here one comes from a run that may already have called
+        // tools (a round limit, a timeout), or from what a retry does not
+        // change soon (a client's runs waiting for people): sent again, a
+        // whole run would run again.
+        if self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS {
             response
                 .headers_mut()
                 .insert("x-should-retry", HeaderValue::from_static("false"));

@@ -107,7 +107,9 @@
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
 //!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's
 //!   answer at once; a run reaching a confirmation past it is aborted,
-//!   nothing written, and answered 503.
+//!   nothing written, and answered 503. With
+//!   [`GatewayConfig::max_parked_runs_per_principal`], one client past its
+//!   share is answered 429 the same way, and the others are not held up.
 //! - **Shutdown** ([`Gateway::serve`]): stop accepting, end event streams,
 //!   let in-flight requests finish, then the runs still at work (answered,
 //!   with nobody reading them); runs parked on a confirmation are left.
@@ -145,7 +147,7 @@ pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 pub use keys::{ApiKey, Principal};
 use keys::{Keys, require_admin_key, require_api_key};
-use runs::Parking;
+use runs::{Parking, ParkingLimits};
 
 /// Largest request body accepted. Default: 1 MiB — a chat request with a
 /// long conversation is tens of KiB; a skill's input is far smaller.
@@ -178,6 +180,13 @@ pub struct GatewayConfig {
     /// client that starts runs and never answers cannot grow the gateway
     /// without bound. Default: [`DEFAULT_MAX_PARKED_RUNS`].
     pub max_parked_runs: usize,
+    /// The most of those runs one [`Principal`] (an API key's holder, or
+    /// the user an application named) has waiting at once; past it, its
+    /// run is aborted the same way and answered 429, while other clients'
+    /// runs still park. Runs on nobody's behalf (no keys, no principal)
+    /// count only against [`GatewayConfig::max_parked_runs`]. Default:
+    /// none, for a gateway with one client.
+    pub max_parked_runs_per_principal: Option<usize>,
     /// Host names an open gateway (no API key, no admin key) answers
     /// besides `localhost` and IP addresses. Default: none. Without keys,
     /// a request naming any other host (`Host: evil.example`) is refused:
@@ -211,6 +220,7 @@ impl Default for GatewayConfig {
             body_limit: DEFAULT_BODY_LIMIT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
+            max_parked_runs_per_principal: None,
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             forward_headers: Vec::new(),
@@ -229,6 +239,10 @@ impl fmt::Debug for GatewayConfig {
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
             .field("max_parked_runs", &self.max_parked_runs)
+            .field(
+                "max_parked_runs_per_principal",
+                &self.max_parked_runs_per_principal,
+            )
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
             .field("forward_headers", &self.forward_headers)
@@ -294,7 +308,10 @@ struct AppState {
 impl Gateway {
     pub fn new(host: SkillHost, config: GatewayConfig) -> Self {
         let keys = Keys::new(&config.api_keys, config.admin_key.as_deref());
-        let parking = Arc::new(Parking::new(config.max_parked_runs));
+        let parking = Arc::new(Parking::new(ParkingLimits {
+            total: config.max_parked_runs,
+            per_principal: config.max_parked_runs_per_principal,
+        }));
         Self {
             state: Arc::new(AppState {
                 host,

@@ -265,12 +265,35 @@ async fn next_confirmation<T: Send + 'static>(
 /// Why [`Parking::park`] did not park a run.
 #[derive(Debug)]
 pub enum NotParked<R> {
-    /// The parking was full; the run was dropped.
-    Full,
+    /// The parking was full, or held as many runs of the run's principal as
+    /// one may have; the run was dropped.
+    Full(Cap),
     /// The run's confirmation was answered (or expired) before the run
     /// could be parked: nobody would take it back, so it is handed back to
     /// be driven on.
     Answered(R),
+}
+
+/// Which limit a refused run reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cap {
+    /// [`ParkingLimits::total`].
+    Total(usize),
+    /// [`ParkingLimits::per_principal`], for the principal named.
+    Principal { principal: String, limit: usize },
+}
+
+/// How many runs the parking holds.
+#[derive(Debug, Clone, Copy)]
+pub struct ParkingLimits {
+    /// At most this many in all
+    /// ([`GatewayConfig::max_parked_runs`](super::GatewayConfig::max_parked_runs)).
+    pub total: usize,
+    /// At most this many of one principal (a run's
+    /// [`PendingConfirmation::requested_by`]), so that one client cannot
+    /// fill the parking for all
+    /// ([`GatewayConfig::max_parked_runs_per_principal`](super::GatewayConfig::max_parked_runs_per_principal)).
+    pub per_principal: Option<usize>,
 }
 
 /// A parked run and the task that follows its confirmation (see
@@ -278,27 +301,73 @@ pub enum NotParked<R> {
 struct Entry<R> {
     run: R,
     follower: AbortHandle,
+    /// Who the run acts for, counted in [`Table::per_principal`].
+    principal: Option<String>,
 }
 
-/// Parked runs by confirmation id, at most `capacity`
-/// ([`GatewayConfig::max_parked_runs`](super::GatewayConfig::max_parked_runs)).
-/// A run dropped here is aborted (see [`OwnedRun`]'s drop): no one could
-/// take it back, so it spends no more tokens.
+/// The parked runs by confirmation id, and how many each principal has.
+struct Table<R> {
+    runs: HashMap<String, Entry<R>>,
+    per_principal: HashMap<String, usize>,
+}
+
+impl<R> Table<R> {
+    /// The limit parking one more run of `principal` would pass, if any.
+    fn reached(&self, limits: ParkingLimits, principal: Option<&str>) -> Option<Cap> {
+        if self.runs.len() >= limits.total {
+            return Some(Cap::Total(limits.total));
+        }
+        let (principal, limit) = principal.zip(limits.per_principal)?;
+        let parked = self.per_principal.get(principal).copied().unwrap_or(0);
+        (parked >= limit).then(|| Cap::Principal {
+            principal: principal.to_owned(),
+            limit,
+        })
+    }
+
+    fn insert(&mut self, id: String, entry: Entry<R>) {
+        if let Some(principal) = &entry.principal {
+            *self.per_principal.entry(principal.clone()).or_default() += 1;
+        }
+        self.runs.insert(id, entry);
+    }
+
+    fn take(&mut self, id: &str) -> Option<Entry<R>> {
+        let entry = self.runs.remove(id)?;
+        if let Some(principal) = &entry.principal
+            && let Some(parked) = self.per_principal.get_mut(principal)
+        {
+            *parked -= 1;
+            if *parked == 0 {
+                self.per_principal.remove(principal);
+            }
+        }
+        Some(entry)
+    }
+}
+
+/// Parked runs by confirmation id, within [`ParkingLimits`]. A run dropped
+/// here is aborted (see [`OwnedRun`]'s drop): no one could take it back, so
+/// it spends no more tokens.
 pub struct Parking<R = Parked> {
-    runs: Mutex<HashMap<String, Entry<R>>>,
-    capacity: usize,
+    table: Mutex<Table<R>>,
+    limits: ParkingLimits,
 }
 
 impl<R: Resume> Parking<R> {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(limits: ParkingLimits) -> Self {
         Self {
-            runs: Mutex::default(),
-            capacity,
+            table: Mutex::new(Table {
+                runs: HashMap::new(),
+                per_principal: HashMap::new(),
+            }),
+            limits,
         }
     }
 
-    /// Parks `run` until `pending` is answered. When the parking is full,
-    /// `run` is dropped: aborted, its confirmation withdrawn. When `pending`
+    /// Parks `run` until `pending` is answered. When the parking is full (in
+    /// all, or for the run's principal), `run` is dropped: aborted, its
+    /// confirmation withdrawn. When `pending`
     /// is no longer waiting, `run` is handed back. A parked run is taken out
     /// by the answer's request ([`Parking::answer`]); when the answer comes
     /// from outside the gateway, the parking drives the run on itself; when
@@ -310,14 +379,14 @@ impl<R: Resume> Parking<R> {
         confirmations: &Confirmations,
     ) -> Result<(), NotParked<Q>> {
         let id = pending.id.to_string();
-        let mut runs = self.lock();
+        let mut table = self.lock();
         // Under the lock `answer` answers in: an answer is either before
         // this look, or finds the run parked.
         let Some(watch) = confirmations.watch(&id) else {
             return Err(NotParked::Answered(run));
         };
-        if runs.len() >= self.capacity {
-            return Err(NotParked::Full);
+        if let Some(cap) = table.reached(self.limits, pending.requested_by.as_deref()) {
+            return Err(NotParked::Full(cap));
         }
         let follower = tokio::spawn(follow(
             Arc::downgrade(self),
@@ -326,11 +395,12 @@ impl<R: Resume> Parking<R> {
             confirmations.clone(),
         ))
         .abort_handle();
-        runs.insert(
+        table.insert(
             id,
             Entry {
                 run: run.into(),
                 follower,
+                principal: pending.requested_by.clone(),
             },
         );
         Ok(())
@@ -344,9 +414,9 @@ impl<R: Resume> Parking<R> {
         id: &str,
         answer: impl FnOnce() -> Result<T, E>,
     ) -> Result<(T, Option<R>), E> {
-        let mut runs = self.lock();
+        let mut table = self.lock();
         let answered = answer()?;
-        let parked = runs.remove(id).map(|entry| {
+        let parked = table.take(id).map(|entry| {
             entry.follower.abort();
             entry.run
         });
@@ -360,13 +430,13 @@ impl<R: Resume> Parking<R> {
             match self.park(&pending, waiting, confirmations) {
                 Ok(()) => return,
                 Err(NotParked::Answered(answered)) => run = answered,
-                Err(NotParked::Full) => {
+                Err(NotParked::Full(cap)) => {
                     tracing::warn!(
                         run = %pending.run,
                         confirmation = %pending.id,
-                        capacity = self.capacity,
                         "a run answered outside the gateway reached another confirmation with \
-                         the parking full (max_parked_runs); it was aborted"
+                         the parking full: {}; it was aborted",
+                        cap.describe()
                     );
                     return;
                 }
@@ -374,8 +444,8 @@ impl<R: Resume> Parking<R> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry<R>>> {
-        self.runs.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Table<R>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -395,7 +465,7 @@ async fn follow<R: Resume>(
     };
     // Taken out under the lock, dropped or driven outside it: aborting and
     // parking again take it.
-    let Some(entry) = parking.lock().remove(&id) else {
+    let Some(entry) = parking.lock().take(&id) else {
         return;
     };
     if answered {
@@ -421,17 +491,42 @@ pub fn park<Q: Resumable>(
     {
         Ok(()) => Ok(None),
         Err(NotParked::Answered(run)) => Ok(Some(run.answered())),
-        Err(NotParked::Full) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            ErrorType::ServiceUnavailableError,
-            "too_many_pending_confirmations",
-            format!(
-                "the gateway already holds {} runs waiting for a person's answer (its \
-                 max_parked_runs); answer some (GET /v1/confirmations lists them) or let \
-                 them expire",
-                state.parking.capacity
+        Err(NotParked::Full(cap)) => {
+            // The gateway is full for everyone (503), or this client has
+            // as many runs waiting as one may (429).
+            let (status, kind) = match cap {
+                Cap::Total(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorType::ServiceUnavailableError,
+                ),
+                Cap::Principal { .. } => (StatusCode::TOO_MANY_REQUESTS, ErrorType::RateLimitError),
+            };
+            Err(ApiError::new(
+                status,
+                kind,
+                "too_many_pending_confirmations",
+                format!(
+                    "{}; answer some (GET /v1/confirmations lists them) or let them expire",
+                    cap.describe()
+                ),
+            ))
+        }
+    }
+}
+
+impl Cap {
+    /// The limit in words, for a refusal and the log.
+    fn describe(&self) -> String {
+        match self {
+            Self::Total(limit) => format!(
+                "the gateway already holds {limit} runs waiting for a person's answer (its \
+                 max_parked_runs)"
             ),
-        )),
+            Self::Principal { principal, limit } => format!(
+                "`{principal}` already has {limit} runs waiting for a person's answer (the \
+                 gateway's max_parked_runs_per_principal)"
+            ),
+        }
     }
 }
 
@@ -492,13 +587,32 @@ mod tests {
         false
     }
 
+    fn limits(total: usize, per_principal: Option<usize>) -> ParkingLimits {
+        ParkingLimits {
+            total,
+            per_principal,
+        }
+    }
+
     /// Opens a confirmation that expires after `expiry`; it waits for as
     /// long as the returned ticket lives.
-    fn open(confirmations: &Confirmations, expiry: Duration) -> (impl Sized, PendingConfirmation) {
+    fn open(
+        confirmations: &Confirmations,
+        expiry: Duration,
+    ) -> (impl Sized + use<>, PendingConfirmation) {
+        open_for(confirmations, None, expiry)
+    }
+
+    /// Opens a confirmation of a run on behalf of `principal`.
+    fn open_for(
+        confirmations: &Confirmations,
+        principal: Option<&str>,
+        expiry: Duration,
+    ) -> (impl Sized + use<>, PendingConfirmation) {
         let before = confirmations.pending();
         let ticket = confirmations.open(
             RunId::random(),
-            None,
+            principal.map(str::to_owned),
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231"}),
@@ -517,7 +631,7 @@ mod tests {
     #[tokio::test]
     async fn a_run_answered_before_it_is_parked_is_handed_back() {
         let confirmations = Confirmations::default();
-        let parking = Arc::new(Parking::<Run>::new(4));
+        let parking = Arc::new(Parking::<Run>::new(limits(4, None)));
         let (_ticket, pending) = open(&confirmations, MINUTE);
         confirmations
             .approve(pending.id.as_str())
@@ -527,19 +641,19 @@ mod tests {
         match parking.park(&pending, run, &confirmations) {
             Err(NotParked::Answered(run)) => drop(run),
             Ok(()) => panic!("parked a run whose confirmation nobody can answer any more"),
-            Err(NotParked::Full) => panic!("refused as full"),
+            Err(NotParked::Full(_)) => panic!("refused as full"),
         }
         assert!(
             dropped.load(Ordering::SeqCst),
             "handed back, then dropped here"
         );
-        assert!(parking.lock().is_empty());
+        assert!(parking.lock().runs.is_empty());
     }
 
     #[tokio::test]
     async fn an_answer_takes_its_run_a_full_parking_refuses_and_expiry_drops_the_rest() {
         let confirmations = Confirmations::default();
-        let parking = Arc::new(Parking::<Run>::new(2));
+        let parking = Arc::new(Parking::<Run>::new(limits(2, None)));
         let (_first_ticket, first) = open(&confirmations, MINUTE);
         let (second_ticket, second) = open(&confirmations, MINUTE);
         let (_third_ticket, third) = open(&confirmations, MINUTE);
@@ -551,7 +665,7 @@ mod tests {
         assert!(parking.park(&second, second_run, &confirmations).is_ok());
         assert!(matches!(
             parking.park(&third, third_run, &confirmations),
-            Err(NotParked::Full)
+            Err(NotParked::Full(Cap::Total(2)))
         ));
         assert!(third_dropped.load(Ordering::SeqCst), "refused, so aborted");
 
@@ -575,15 +689,59 @@ mod tests {
         drop(second_ticket);
         assert!(set(&second_dropped).await, "an expired run is dropped");
         assert!(!second_resumed.load(Ordering::SeqCst));
-        assert!(parking.lock().is_empty());
+        assert!(parking.lock().runs.is_empty());
         assert!(!first_dropped.load(Ordering::SeqCst));
         drop(taken);
     }
 
     #[tokio::test]
+    async fn one_principal_cannot_take_every_place_and_a_place_is_freed_by_an_answer() {
+        let confirmations = Confirmations::default();
+        let parking = Arc::new(Parking::<Run>::new(limits(4, Some(2))));
+        let mut tickets = Vec::new();
+        let mut park = |principal: Option<&str>| {
+            let (ticket, pending) = open_for(&confirmations, principal, MINUTE);
+            tickets.push(ticket);
+            let (run, _) = run();
+            let parked = parking.park(&pending, run, &confirmations);
+            (
+                pending,
+                parked.err().map(|refused| match refused {
+                    NotParked::Full(cap) => cap,
+                    NotParked::Answered(_) => panic!("nobody answered"),
+                }),
+            )
+        };
+        let (first, refused) = park(Some("web-app"));
+        assert_eq!(refused, None);
+        assert_eq!(park(Some("web-app")).1, None);
+        assert_eq!(
+            park(Some("web-app")).1,
+            Some(Cap::Principal {
+                principal: "web-app".into(),
+                limit: 2
+            })
+        );
+        // Another client, and runs on nobody's behalf, still park.
+        assert_eq!(park(Some("support-desk")).1, None);
+        assert_eq!(park(None).1, None);
+        assert_eq!(park(None).1, Some(Cap::Total(4)));
+
+        // An answer frees its principal's place.
+        let (_, taken) = parking
+            .answer(first.id.as_str(), || {
+                confirmations.approve(first.id.as_str())
+            })
+            .expect("answered");
+        drop(taken);
+        assert_eq!(park(Some("web-app")).1, None);
+        assert_eq!(parking.lock().per_principal["web-app"], 2);
+    }
+
+    #[tokio::test]
     async fn a_run_answered_outside_the_gateway_is_taken_out_and_driven_on() {
         let confirmations = Confirmations::default();
-        let parking = Arc::new(Parking::<Run>::new(4));
+        let parking = Arc::new(Parking::<Run>::new(limits(4, None)));
         let (_ticket, pending) = open(&confirmations, MINUTE);
         let (run, dropped, resumed) = watched_run();
         assert!(parking.park(&pending, run, &confirmations).is_ok());
@@ -594,6 +752,6 @@ mod tests {
             .expect("approved");
         assert!(set(&resumed).await, "the parking drives the run on");
         assert!(dropped.load(Ordering::SeqCst), "and lets it go at its end");
-        assert!(parking.lock().is_empty());
+        assert!(parking.lock().runs.is_empty());
     }
 }

@@ -147,6 +147,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             max_parked_runs: server
                 .max_parked_runs
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
+            max_parked_runs_per_principal: server.max_parked_runs_per_principal,
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
             forward_headers: server.forward_headers(with_keys)?,
