@@ -902,13 +902,36 @@ async fn read_to_end(
 
 /// Sends SIGTERM to `child`.
 async fn terminate(child: &tokio::process::Child) {
+    send_signal(child, "-TERM").await;
+}
+
+/// Sends `signal` (`-HUP`) to `child`.
+async fn send_signal(child: &tokio::process::Child, signal: &str) {
     let pid = child.id().expect("still running").to_string();
     let status = Command::new("kill")
-        .args(["-TERM", &pid])
+        .args([signal, &pid])
         .status()
         .await
         .unwrap();
     assert!(status.success());
+}
+
+/// Reads serve's stderr up to the first line that contains `text`.
+async fn said_next(
+    stderr: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
+    text: &str,
+) -> String {
+    let found = async {
+        loop {
+            let line = stderr.next_line().await.unwrap().expect("serve says more");
+            if line.contains(text) {
+                return line;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), found)
+        .await
+        .unwrap_or_else(|_| panic!("serve did not say {text:?} within 30 s"))
 }
 
 #[tokio::test]
@@ -1704,27 +1727,22 @@ async fn serve_refuses_a_blank_key_instead_of_serving_unguarded() {
 
 /// Named keys come from a file: they guard the API routes like
 /// `--api-key`'s; a file others can read is warned of, a malformed one
-/// refused naming the line and never the key.
+/// refused naming the line and never the key. SIGHUP reads it again: a key
+/// rotates without a restart, and a bad file leaves the keys as they were.
 #[tokio::test]
 async fn serve_takes_named_api_keys_from_a_file() {
     use std::os::unix::fs::PermissionsExt;
     let work = Workdir::new();
     let keys = work.path("api-keys");
-    std::fs::write(
-        &keys,
-        "# holder  key
-support-desk k-support
-",
-    )
-    .unwrap();
+    std::fs::write(&keys, "# holder  key\nsupport-desk k-support\n").unwrap();
     std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
     command.env("SKILLHOST_API_KEYS_FILE", &keys);
     let Serving {
-        child: _serve,
+        child: serve,
         base,
         started,
-        ..
+        mut stderr,
     } = serving(command).await;
     assert!(
         started
@@ -1741,13 +1759,19 @@ support-desk k-support
     assert_eq!(skills("k-support").await.unwrap().status(), 200);
     assert_eq!(skills("k-other").await.unwrap().status(), 401);
 
-    std::fs::write(
-        &keys,
-        "support-desk k-support
-billing k-support
-",
-    )
-    .unwrap();
+    std::fs::write(&keys, "support-desk k-rotated\n").unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "API keys reloaded").await;
+    assert_eq!(skills("k-rotated").await.unwrap().status(), 200);
+    assert_eq!(skills("k-support").await.unwrap().status(), 401);
+    std::fs::write(&keys, "support-desk\n").unwrap();
+    send_signal(&serve, "-HUP").await;
+    let kept = said_next(&mut stderr, "the API keys in force stay").await;
+    assert!(kept.contains("line 1: expected `NAME KEY`"), "{kept}");
+    assert_eq!(skills("k-rotated").await.unwrap().status(), 200);
+    drop(serve);
+
+    std::fs::write(&keys, "support-desk k-support\nbilling k-support\n").unwrap();
     let mut serve = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
     serve.arg("--api-keys-file").arg(&keys);
     let (_, stderr) = expect_code(&output(&mut serve).await, 1);

@@ -282,10 +282,11 @@ async fn guard(
     next: Next,
     check: fn(&Keys, Option<&str>) -> Checked,
 ) -> Response {
-    let checked = if state.keys.open() {
+    let keys = state.keys();
+    let checked = if keys.open() {
         check_open_host(&request, &state.config.allowed_hosts).map(|()| None)
     } else {
-        check(&state.keys, bearer(&request))
+        check(&keys, bearer(&request))
     };
     match checked {
         Ok(name) => {

@@ -125,7 +125,7 @@ mod skills;
 
 use std::convert::Infallible;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, OriginalUri, Request, State};
@@ -272,7 +272,7 @@ impl FromRequestParts<Arc<AppState>> for RunStart {
             .config
             .forward_headers
             .iter()
-            .filter(|name| **name != header::AUTHORIZATION || !state.keys.any());
+            .filter(|name| **name != header::AUTHORIZATION || !state.keys().any());
         let mut forwarded = Forwarded::from_request(&parts.headers, forwarded);
         if !forwarded.is_empty() {
             // What the application attached comes first.
@@ -299,7 +299,8 @@ pub struct Gateway {
 struct AppState {
     host: SkillHost,
     config: GatewayConfig,
-    keys: Keys,
+    /// Replaced whole by [`Gateway::set_api_keys`].
+    keys: RwLock<Arc<Keys>>,
     parking: Arc<Parking>,
     /// Set when the gateway shuts down: event streams end.
     closing: watch::Sender<bool>,
@@ -307,7 +308,10 @@ struct AppState {
 
 impl Gateway {
     pub fn new(host: SkillHost, config: GatewayConfig) -> Self {
-        let keys = Keys::new(&config.api_keys, config.admin_key.as_deref());
+        let keys = RwLock::new(Arc::new(Keys::new(
+            &config.api_keys,
+            config.admin_key.as_deref(),
+        )));
         let parking = Arc::new(Parking::new(ParkingLimits {
             total: config.max_parked_runs,
             per_principal: config.max_parked_runs_per_principal,
@@ -360,6 +364,20 @@ impl Gateway {
             [] => router,
             origins => router.layer(cors::layer(origins)),
         }
+    }
+
+    /// Replaces the API keys (not the admin key), for a key rotation without
+    /// a restart: requests from now on are checked against `api_keys`, and
+    /// runs parked meanwhile keep waiting. An empty list opens the API
+    /// routes, as at the start.
+    pub fn set_api_keys(&self, api_keys: &[ApiKey]) {
+        let admin = self.state.config.admin_key.as_deref();
+        let keys = Arc::new(Keys::new(api_keys, admin));
+        *self
+            .state
+            .keys
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = keys;
     }
 
     /// Ends the event streams (`GET /v1/events`), which would otherwise
@@ -429,6 +447,16 @@ fn timeout_error(after: Duration) -> ApiError {
         "request_timeout",
         format!("the request took longer than this gateway allows ({after:?})"),
     )
+}
+
+impl AppState {
+    /// The keys in force now.
+    fn keys(&self) -> Arc<Keys> {
+        self.keys
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// Ends a request that takes longer than the configured timeout. Its run,

@@ -2,11 +2,11 @@
 //! position) and `--api-keys-file` (named by their holders).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use skillhost::gateway::ApiKey;
+use skillhost::gateway::{ApiKey, Gateway};
 
 use crate::cli::console;
 
@@ -54,6 +54,35 @@ pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<
     }
     keys.extend(named.into_iter().map(|(_, key)| key));
     Ok(keys)
+}
+
+/// Reads the keys file again at each SIGHUP, for a key rotation without a
+/// restart (which would withdraw every run waiting for an answer): keys
+/// that read and check replace the API keys, with `given` first as at the
+/// start; a file that does not is reported, and the keys in force stay.
+pub(super) fn reload_on_hangup(
+    gateway: Gateway,
+    given: Vec<String>,
+    file: PathBuf,
+) -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangups = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hangups.recv().await.is_some() {
+            match api_keys(&given, Some(&file)) {
+                Ok(keys) => {
+                    gateway.set_api_keys(&keys);
+                    console::say(&format!(
+                        "API keys reloaded from {}: {} key(s)",
+                        file.display(),
+                        keys.len()
+                    ));
+                }
+                Err(error) => console::warn(&format!("{error:#}; the API keys in force stay")),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// The keys of a keys file with the line each is on: one `NAME KEY` per

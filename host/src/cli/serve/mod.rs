@@ -60,7 +60,8 @@ pub struct ServeArgs {
     api_keys: Vec<String>,
     /// A file of named API keys, one `NAME KEY` per line (`#` comments): a
     /// confirmation answered with a key is answered on behalf of its name,
-    /// e.g. "approved by support-desk". Keep it readable by this user only.
+    /// e.g. "approved by support-desk". Read again at SIGHUP. Keep it
+    /// readable by this user only.
     #[arg(long, value_name = "FILE", env = "SKILLHOST_API_KEYS_FILE")]
     api_keys_file: Option<PathBuf>,
     /// The key of the admin routes (events, pending confirmations, metrics).
@@ -153,6 +154,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             forward_headers: server.forward_headers(with_keys)?,
         },
     );
+    if let Some(file) = &args.api_keys_file {
+        keys::reload_on_hangup(gateway.clone(), args.api_keys.clone(), file.clone())
+            .context("listening for SIGHUP")?;
+    }
     let listen = match args.listen.or(server.listen) {
         Some(listen) => listen,
         None => DEFAULT_LISTEN.parse().expect("a valid default address"),
