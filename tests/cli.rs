@@ -1782,6 +1782,73 @@ async fn serve_takes_named_api_keys_from_a_file() {
     assert!(!stderr.contains("k-support"), "{stderr}");
 }
 
+/// SIGHUP rescans the skills directory, which a gateway serving without
+/// hot reload has no other way to follow short of a restart: an added skill
+/// serves, a bad file is refused and the skill it replaced keeps serving,
+/// and a deleted one goes. Without a keys file, SIGHUP reads none (and, as
+/// the default action would, does not end the gateway).
+#[tokio::test]
+async fn serve_rescans_the_skills_directory_at_sighup() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let install = |name: &str| {
+        std::fs::copy(bundled().join(name), skills.join(name)).unwrap();
+    };
+    install("processRefund.wasm");
+    let command = work.host_command(&["serve", "--listen", "127.0.0.1:0", "--no-watch"], &skills);
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let served = || async {
+        let listing: Value = http
+            .get(format!("{base}/v1/skills"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut names: Vec<String> = listing["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|skill| skill["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let rescanned = "read again";
+
+    install("inquireOrderStatus.wasm");
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, rescanned).await;
+    assert!(
+        said.contains("2 skill(s) loaded, 1 file(s) changed"),
+        "{said}"
+    );
+    assert!(!said.contains("refused"), "{said}");
+    assert_eq!(served().await, ["inquireOrderStatus", "processRefund"]);
+
+    std::fs::write(skills.join("processRefund.wasm"), b"\0asm truncated").unwrap();
+    std::fs::remove_file(skills.join("inquireOrderStatus.wasm")).unwrap();
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, rescanned).await;
+    assert!(
+        said.contains("1 skill(s) loaded, 1 file(s) changed, 1 refused"),
+        "{said}"
+    );
+    assert_eq!(served().await, ["processRefund"]);
+    assert!(
+        !said.contains("API keys"),
+        "no keys file, no keys read: {said}"
+    );
+}
+
 /// A build script may sign what it built again: the same key over the same
 /// content changes nothing and succeeds, embedded or detached.
 #[tokio::test]

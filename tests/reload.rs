@@ -184,6 +184,61 @@ async fn run_version(skill: &SkillComponent, tools: &Arc<ToolRegistry>) -> Strin
     }
 }
 
+/// A host serving without hot reload follows its directory when asked to
+/// rescan: each file is synced by the rules of a watched one (a bad update
+/// keeps the version serving), a second rescan changes nothing, and a
+/// directory that cannot be listed is refused, unloading nothing.
+#[tokio::test]
+async fn a_rescan_brings_an_unwatched_host_in_line_with_its_directory() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("skills");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("versioned.wasm"), v1()).unwrap();
+    let host = SkillHost::builder(&dir, demo_policy())
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let serving = |host: &SkillHost| {
+        let snapshot = host.snapshot();
+        let skill = &snapshot
+            .get("versioned")
+            .expect("versioned serves")
+            .component;
+        SkillVersion::of(skill)
+    };
+    std::fs::write(dir.join("versioned.wasm"), v2()).unwrap();
+    std::fs::write(dir.join("broken.wasm"), b"\0asm not a component").unwrap();
+    assert_eq!(Some(serving(&host)), version_of(&v1(), "1.0.0"));
+
+    let events = host.rescan_skills().await.unwrap();
+    let files: Vec<_> = events
+        .iter()
+        .map(|event| event.path.file_name().unwrap())
+        .collect();
+    assert_eq!(files, ["broken.wasm", "versioned.wasm"]);
+    assert_rejected(&events[0], FailureKind::Signature, "");
+    assert_eq!(events[1].outcome, ReloadOutcome::Loaded);
+    assert_eq!(Some(serving(&host)), version_of(&v2(), "2.0.0"));
+    let again = host.rescan_skills().await.unwrap();
+    assert!(
+        again
+            .iter()
+            .all(|event| event.outcome == ReloadOutcome::Unchanged),
+        "{again:?}"
+    );
+
+    std::fs::write(dir.join("versioned.wasm"), b"\0asm truncated").unwrap();
+    let events = host.rescan_skills().await.unwrap();
+    assert!(matches!(events[1].outcome, ReloadOutcome::Rejected { .. }));
+    assert_eq!(Some(serving(&host)), version_of(&v2(), "2.0.0"));
+
+    std::fs::rename(&dir, root.path().join("moved")).unwrap();
+    let error = host.rescan_skills().await.unwrap_err().to_string();
+    assert!(error.contains("cannot read skills directory"), "{error}");
+    assert_eq!(Some(serving(&host)), version_of(&v2(), "2.0.0"));
+}
+
 /// The name, version and digest the registry reports for `bytes`.
 fn version_of(bytes: &[u8], version: &str) -> Option<SkillVersion> {
     Some(SkillVersion {

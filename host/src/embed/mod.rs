@@ -62,7 +62,7 @@ use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
 use crate::skills::signature::SignaturePolicy;
 use crate::skills::watcher::WatchError;
-use crate::skills::{LoadProgress, SkillRegistry, SkillSnapshot, WatchHandle};
+use crate::skills::{LoadProgress, ReloadEvent, SkillRegistry, SkillSnapshot, WatchHandle};
 use crate::tools::demo::{self, DemoDb};
 use crate::tools::{RegisterError, ToolRegistry};
 use events::Observers;
@@ -474,6 +474,14 @@ impl SkillHost {
     /// The directory the skills are loaded from.
     pub fn skills_dir(&self) -> &Path {
         &self.inner.skills_dir
+    }
+
+    /// Brings the skills in line with the skills directory as it is now
+    /// ([`SkillRegistry::rescan`]), for changes hot reload did not report:
+    /// a host built without it, a network file system that sends no
+    /// events. What changed reaches subscribers as reload events too.
+    pub async fn rescan_skills(&self) -> Result<Vec<ReloadEvent>, RegistryError> {
+        self.inner.skills.rescan(&self.inner.skills_dir).await
     }
 
     /// The tools.

@@ -822,6 +822,36 @@ impl SkillRegistry {
         event
     }
 
+    /// Brings the registry in line with `dir` as it is now, one file at a
+    /// time, with the rules of [`SkillRegistry::sync_path`]: every skill file
+    /// there, and every file the registry holds a skill or a refusal of. For
+    /// changes no watcher reported: a host that does not watch, a network
+    /// file system that sends no events. Returns what happened to each file,
+    /// unchanged ones included. A directory that cannot be listed changes
+    /// nothing: its skills are not taken for deleted.
+    pub async fn rescan(&self, dir: &Path) -> Result<Vec<ReloadEvent>, RegistryError> {
+        let listed = wasm_files(dir).map_err(|cause| RegistryError::ReadDir {
+            dir: dir.to_owned(),
+            cause,
+        })?;
+        let mut events = Vec::new();
+        for path in self.and_known_files(listed) {
+            events.push(self.sync_path(&path).await);
+        }
+        Ok(events)
+    }
+
+    /// `listed` with every file the registry holds a skill or a refusal of
+    /// (those may be gone), sorted, each once: the files a rescan syncs.
+    pub(crate) fn and_known_files(&self, mut listed: Vec<PathBuf>) -> Vec<PathBuf> {
+        let snapshot = self.snapshot();
+        listed.extend(snapshot.skills().map(|skill| skill.path.clone()));
+        listed.extend(snapshot.failures().map(|failure| failure.path.clone()));
+        listed.sort();
+        listed.dedup();
+        listed
+    }
+
     /// Syncs one file; returns its event and the files waiting for a skill
     /// name the change released.
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {

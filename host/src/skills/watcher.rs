@@ -415,19 +415,14 @@ fn change_of(event: notify::Event) -> Option<Change> {
     (!paths.is_empty()).then_some(Change::Paths(paths))
 }
 
-/// Every file a rescan syncs: the directory's skill files and every file the
-/// registry knows (those may be gone).
+/// Every file a rescan syncs ([`SkillRegistry::and_known_files`]). A
+/// directory that cannot be listed is taken for empty, as when it is gone.
 fn everything(registry: &SkillRegistry, dir: &Path) -> Vec<PathBuf> {
-    let mut paths = wasm_files(dir).unwrap_or_else(|error| {
+    let listed = wasm_files(dir).unwrap_or_else(|error| {
         tracing::warn!(dir = %dir.display(), %error, "cannot list the skills directory");
         Vec::new()
     });
-    let snapshot = registry.snapshot();
-    paths.extend(snapshot.skills().map(|skill| skill.path.clone()));
-    paths.extend(snapshot.failures().map(|failure| failure.path.clone()));
-    paths.sort();
-    paths.dedup();
-    paths
+    registry.and_known_files(listed)
 }
 
 /// What is due when: single files, and at most one rescan.

@@ -2,7 +2,7 @@
 //! position) and `--api-keys-file` (named by their holders).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, bail};
 
@@ -56,33 +56,21 @@ pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<
     Ok(keys)
 }
 
-/// Reads the keys file again at each SIGHUP, for a key rotation without a
-/// restart (which would withdraw every run waiting for an answer): keys
+/// Reads the keys file again, for a key rotation without a restart: keys
 /// that read and check replace the API keys, with `given` first as at the
 /// start; a file that does not is reported, and the keys in force stay.
-pub(super) fn reload_on_hangup(
-    gateway: Gateway,
-    given: Vec<String>,
-    file: PathBuf,
-) -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut hangups = signal(SignalKind::hangup())?;
-    tokio::spawn(async move {
-        while hangups.recv().await.is_some() {
-            match api_keys(&given, Some(&file)) {
-                Ok(keys) => {
-                    gateway.set_api_keys(&keys);
-                    console::say(&format!(
-                        "API keys reloaded from {}: {} key(s)",
-                        file.display(),
-                        keys.len()
-                    ));
-                }
-                Err(error) => console::warn(&format!("{error:#}; the API keys in force stay")),
-            }
+pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
+    match api_keys(given, Some(file)) {
+        Ok(keys) => {
+            gateway.set_api_keys(&keys);
+            console::say(&format!(
+                "API keys reloaded from {}: {} key(s)",
+                file.display(),
+                keys.len()
+            ));
         }
-    });
-    Ok(())
+        Err(error) => console::warn(&format!("{error:#}; the API keys in force stay")),
+    }
 }
 
 /// The keys of a keys file with the line each is on: one `NAME KEY` per

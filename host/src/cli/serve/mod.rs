@@ -19,6 +19,7 @@ use skillhost::tools::demo::DemoDb;
 use super::{HostArgs, config, console, progress};
 use keys::bearer_key;
 
+mod hangup;
 mod keys;
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
@@ -36,7 +37,8 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     after_help = "Routes: POST /v1/chat/completions (OpenAI-compatible; needs an LLM), \
     POST /v1/confirmations/{id}, GET /v1/models, GET /v1/skills, GET /v1/skills/{name}, \
     POST /v1/skills/{name}/invoke; admin: GET /v1/events, GET /v1/confirmations, GET /metrics; \
-    open: GET /healthz.\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
+    open: GET /healthz.\n\nSIGHUP rescans the skills directory and reads the API keys file again, \
+    without the restart that would withdraw the runs waiting for an answer.\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
     OPENAI_BASE_URL and OPENAI_API_KEY (or [llm] in the config file). Without one, everything \
     but chat works and chat answers 503.\n\nPass keys through the environment rather than the \
     command line, where other users of the machine can read them."
@@ -90,7 +92,8 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     keep_public: Option<Vec<String>>,
-    /// Load the skills directory once; do not watch it for changes.
+    /// Load the skills directory once; do not watch it for changes (SIGHUP
+    /// rescans it).
     #[arg(long)]
     no_watch: bool,
     /// Seconds to let in-flight requests finish after SIGINT or SIGTERM
@@ -154,10 +157,12 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             forward_headers: server.forward_headers(with_keys)?,
         },
     );
-    if let Some(file) = &args.api_keys_file {
-        keys::reload_on_hangup(gateway.clone(), args.api_keys.clone(), file.clone())
-            .context("listening for SIGHUP")?;
-    }
+    hangup::reload_on_hangup(
+        gateway.clone(),
+        args.api_keys.clone(),
+        args.api_keys_file.clone(),
+    )
+    .context("listening for SIGHUP")?;
     let listen = match args.listen.or(server.listen) {
         Some(listen) => listen,
         None => DEFAULT_LISTEN.parse().expect("a valid default address"),
