@@ -16,7 +16,7 @@ use tracing::Dispatch;
 use tracing::subscriber::NoSubscriber;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-use skillhost::agent::{Agent, AgentConfig, Decision};
+use skillhost::agent::{Agent, AgentConfig, Decision, RunOptions};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, SkillComponent};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 
@@ -401,7 +401,6 @@ fn agent_rounds_record_the_functions_offered_and_masked_and_their_calls() {
         .closed("agent_round")
         .iter()
         .map(|round| {
-            assert_eq!(round["run_id"], run_id.as_str());
             assert_eq!(round["caller"], "agent");
             (
                 round["round"].clone(),
@@ -443,9 +442,11 @@ fn agent_rounds_record_the_functions_offered_and_masked_and_their_calls() {
     assert_eq!(calls[0]["tool"], "query_order");
     assert_eq!(calls[0]["caller"], "agent");
     assert_eq!(calls[0]["outcome"], "ok");
+    // Inside its round, inside the run.
     let close = log.tool_call_closed("query_order");
-    assert_eq!(close["spans"][0]["name"], "agent_round");
-    assert_eq!(close["spans"][0]["round"], 2);
+    assert_eq!(span_names(&close["spans"]), ["run", "agent_round"]);
+    assert_eq!(close["spans"][0]["run_id"], run_id.as_str());
+    assert_eq!(close["spans"][1]["round"], 2);
 }
 
 #[test]
@@ -492,7 +493,7 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
     // the sandbox: the first ended suspended at it, the second replayed the
     // calls before it and finished. A close line lists the spans it closed
     // inside.
-    assert_eq!(span_names(&close["spans"]), ["agent_round"]);
+    assert_eq!(span_names(&close["spans"]), ["run", "agent_round"]);
     let attempts: Vec<_> = log
         .closed("skill_invocation")
         .iter()
@@ -501,9 +502,11 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
     assert_eq!(attempts, ["suspended", "done"]);
 }
 
+/// A run's lines sit in its `run` span, which names whom the run acts for,
+/// inside the span it was started in.
 #[test]
 fn a_runs_logs_carry_the_span_it_was_started_in() {
-    let (_, log) = capture(|| async {
+    let (run_id, log) = capture(|| async {
         let shop = Shop::new(article_003_tools, &["inquireOrderStatus"]).await;
         let agent = Agent::builder(shop.skills.clone()).build().unwrap();
         // An embedder's request span (its target passes the capture's
@@ -511,15 +514,23 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
         let request = tracing::info_span!(target: "skillhost::embedder", "request", request_id = 7);
         let run = request.in_scope(|| {
             agent
-                .start_skill("inquireOrderStatus", json!({"orderId": "88231"}))
+                .start_skill_with(
+                    "inquireOrderStatus",
+                    json!({"orderId": "88231"}),
+                    RunOptions::new().on_behalf_of("support-desk"),
+                )
                 .unwrap()
         });
-        run.result().await.unwrap()
+        let run_id = run.id.to_string();
+        run.result().await.unwrap();
+        run_id
     });
     let close = log.tool_call_closed("queryOrder");
     let spans = &close["spans"];
-    assert_eq!(span_names(spans)[0], "request", "{close:#}");
+    assert_eq!(span_names(spans)[..2], ["request", "run"], "{close:#}");
     assert_eq!(spans[0]["request_id"], 7);
+    assert_eq!(spans[1]["run_id"], run_id.as_str());
+    assert_eq!(spans[1]["requested_by"], "support-desk");
 }
 
 /// `skillhost <args> run processRefund --yes` on the bundled skills with a

@@ -185,7 +185,6 @@ impl<S: Scope> Loop<'_, S> {
         for round in 1..=self.max_rounds {
             let span = tracing::info_span!(
                 "agent_round",
-                run_id = %self.run.id,
                 caller = %self.caller.tool_caller(),
                 round,
                 functions = field::Empty,

@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
-use tracing::Instrument;
+use tracing::{Instrument, field};
 
 use super::AgentError;
 use super::catalog::Catalog;
@@ -133,9 +133,14 @@ impl<T: Send + 'static> RunHandle<T> {
         // A run's future holds a wasmtime call's state: kilobytes, which
         // tokio would otherwise copy whole each time it moves the task's
         // stage (spawn, completion, reading the output). Boxed, it moves once.
-        // In the span it was started in (an embedder's request), so that
-        // its spans and logs carry that request's fields.
-        let body = Box::pin(body.in_current_span());
+        // In a span of its own, inside the one it was started in (an
+        // embedder's request): its logs say which run they are of, whom it
+        // acts for, and carry that request's fields.
+        let span = tracing::info_span!("run", run_id = %run.id, requested_by = field::Empty);
+        if let Some(principal) = &run.requested_by {
+            span.record("requested_by", principal.as_str());
+        }
+        let body = Box::pin(body.instrument(span));
         Self {
             id: run.id.clone(),
             skills: run.snapshot.clone(),
