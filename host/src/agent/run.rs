@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
-use tracing::{Instrument, field};
+use tracing::Instrument;
 
 use super::AgentError;
 use super::catalog::Catalog;
@@ -136,10 +136,11 @@ impl<T: Send + 'static> RunHandle<T> {
         // In a span of its own, inside the one it was started in (an
         // embedder's request): its logs say which run they are of, whom it
         // acts for, and carry that request's fields.
-        let span = tracing::info_span!("run", run_id = %run.id, requested_by = field::Empty);
-        if let Some(principal) = &run.requested_by {
-            span.record("requested_by", principal.as_str());
-        }
+        let span = tracing::info_span!(
+            "run",
+            run_id = %run.id,
+            requested_by = run.requested_by.as_deref()
+        );
         let body = Box::pin(body.instrument(span));
         Self {
             id: run.id.clone(),

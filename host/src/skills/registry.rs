@@ -827,16 +827,22 @@ impl SkillRegistry {
     /// there, and every file the registry holds a skill or a refusal of. For
     /// changes no watcher reported: a host that does not watch, a network
     /// file system that sends no events. Returns what happened to each file,
-    /// unchanged ones included. A directory that cannot be listed changes
-    /// nothing: its skills are not taken for deleted.
+    /// unchanged ones included. Files still there sync before files gone,
+    /// as the watcher's do, so that a rename moves its skill without a gap.
+    /// A directory that cannot be listed changes nothing: its skills are
+    /// not taken for deleted.
     pub async fn rescan(&self, dir: &Path) -> Result<Vec<ReloadEvent>, RegistryError> {
         let listed = wasm_files(dir).map_err(|cause| RegistryError::ReadDir {
             dir: dir.to_owned(),
             cause,
         })?;
+        let (present, gone): (Vec<_>, Vec<_>) = self
+            .and_known_files(listed)
+            .into_iter()
+            .partition(|path| path.exists());
         let mut events = Vec::new();
-        for path in self.and_known_files(listed) {
-            events.push(self.sync_path(&path).await);
+        for path in present.iter().chain(&gone) {
+            events.push(self.sync_path(path).await);
         }
         Ok(events)
     }
