@@ -16,7 +16,7 @@ use tracing::Dispatch;
 use tracing::subscriber::NoSubscriber;
 use tracing_subscriber::fmt::format::FmtSpan;
 
-use skillhost::agent::{Agent, AgentConfig, Decision, RunOptions};
+use skillhost::agent::{Agent, AgentConfig, AgentError, AgentEvent, Decision, RunOptions};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, SkillComponent};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 
@@ -531,6 +531,50 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
     assert_eq!(spans[0]["request_id"], 7);
     assert_eq!(spans[1]["run_id"], run_id.as_str());
     assert_eq!(spans[1]["requested_by"], "support-desk");
+    // The run's span closes saying how it ended and how long it took.
+    let runs = log.closed("run");
+    assert_eq!(runs.len(), 1, "{}", log.text);
+    assert_eq!(runs[0]["outcome"], "ok");
+    assert!(
+        runs[0]["duration_ms"].as_f64().unwrap() > 0.0,
+        "{:?}",
+        runs[0]
+    );
+}
+
+/// A run stopped while it waits for a confirmation closes its span as
+/// `aborted`; one that fails names its error's kind.
+#[test]
+fn a_run_span_says_how_a_run_ended_when_it_did_not_answer() {
+    let ((), log) = capture(|| async {
+        let shop = Shop::new(article_003_tools, &["processRefund"]).await;
+        let agent = Agent::builder(shop.skills.clone()).build().unwrap();
+        let mut run = agent
+            .start_skill(
+                "processRefund",
+                json!({"orderId": "88231", "reason": "broken"}),
+            )
+            .unwrap();
+        while !matches!(
+            run.events.recv().await,
+            Some(AgentEvent::ConfirmationPending(_))
+        ) {}
+        run.abort();
+        assert!(matches!(run.result().await, Err(AgentError::Aborted(_))));
+        // The LLM server refuses the request: no retry helps.
+        let llm = ScriptedLlm::start(vec![Step::error(400, "unsupported model")]).await;
+        let failed = shop
+            .agent(&llm, AgentConfig::default())
+            .ask("where is my order?");
+        let error = failed.unwrap().result().await;
+        assert!(matches!(error, Err(AgentError::Llm { .. })), "{error:?}");
+    });
+    let outcomes: Vec<_> = log
+        .closed("run")
+        .iter()
+        .map(|run| run["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes, ["aborted", "llm"], "{}", log.text);
 }
 
 /// `skillhost <args> run processRefund --yes` on the bundled skills with a

@@ -10,13 +10,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
-use tracing::Instrument;
+use tracing::{Instrument, Span, field};
 
 use super::AgentError;
 use super::catalog::Catalog;
@@ -119,6 +120,35 @@ impl Drop for EndOfRun {
     }
 }
 
+/// Records on a `run` span how the run ended and how long it took, when
+/// the run's future finishes or is dropped unfinished (aborted, or its task
+/// panicked): `aborted` unless told otherwise.
+struct RunSpanEnd {
+    span: Span,
+    /// `None` when the span is disabled: not even the clock is read.
+    started: Option<Instant>,
+    outcome: &'static str,
+}
+
+impl RunSpanEnd {
+    fn new(span: Span) -> Self {
+        Self {
+            started: (!span.is_disabled()).then(Instant::now),
+            span,
+            outcome: "aborted",
+        }
+    }
+}
+
+impl Drop for RunSpanEnd {
+    fn drop(&mut self) {
+        let Some(started) = self.started else { return };
+        self.span.record("outcome", self.outcome);
+        self.span
+            .record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
 impl<T: Send + 'static> RunHandle<T> {
     pub(super) fn spawn<F>(
         run: &RunContext,
@@ -139,9 +169,24 @@ impl<T: Send + 'static> RunHandle<T> {
         let span = tracing::info_span!(
             "run",
             run_id = %run.id,
-            requested_by = run.requested_by.as_deref()
+            requested_by = run.requested_by.as_deref(),
+            outcome = field::Empty,
+            duration_ms = field::Empty,
         );
-        let body = Box::pin(body.instrument(span));
+        let span_end = RunSpanEnd::new(span.clone());
+        let body = Box::pin(
+            async move {
+                // Moved in whole, so that it drops with the future.
+                let mut span_end = span_end;
+                let result = body.await;
+                span_end.outcome = match &result {
+                    Ok(_) => "ok",
+                    Err(error) => error.kind(),
+                };
+                result
+            }
+            .instrument(span),
+        );
         Self {
             id: run.id.clone(),
             skills: run.snapshot.clone(),

@@ -73,6 +73,23 @@ pub enum AgentError {
     Aborted(String),
 }
 
+impl AgentError {
+    /// A stable snake_case name of the variant, for logs and metrics
+    /// labels (`llm`, `round_limit`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentError::NotConfigured => "not_configured",
+            AgentError::Llm { .. } => "llm",
+            AgentError::RoundLimit { .. } => "round_limit",
+            AgentError::RepeatedCall { .. } => "repeated_call",
+            AgentError::NoUserMessage => "no_user_message",
+            AgentError::UnknownSkill(_) => "unknown_skill",
+            AgentError::InvalidInput(_) => "invalid_input",
+            AgentError::Aborted(_) => "aborted",
+        }
+    }
+}
+
 /// What every run of an agent shares.
 pub(super) struct AgentInner {
     pub(super) llm: Option<LlmClient>,
