@@ -727,6 +727,35 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
     assert_eq!(work.refunds_of_88231(), 1);
 }
 
+/// `--yes` cannot stand in for a separate approver: the write is declined
+/// at once, saying why, instead of waiting for the confirmation to expire.
+#[tokio::test]
+async fn yes_declines_a_write_that_needs_a_separate_approver() {
+    let work = Workdir::new();
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[confirmation]\nseparate_approver = true\n",
+    )
+    .unwrap();
+    let mut command = work.host_command(
+        &[
+            "run",
+            "processRefund",
+            "--yes",
+            "--input",
+            r#"{"orderId":"88231","reason":"broken"}"#,
+        ],
+        &bundled(),
+    );
+    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+    let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+    assert!(
+        stdout.contains("needs approval by someone other than the requester"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+}
+
 #[tokio::test]
 async fn a_confirmation_exception_naming_no_tool_is_refused_not_ignored() {
     let work = Workdir::new();

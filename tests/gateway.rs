@@ -13,7 +13,8 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use skillhost::agent::{
-    ConfirmationId, Declined, PendingConfirmation, Resolution, RunHandle, SkillOutput,
+    ConfirmationId, ConfirmationPolicy, Declined, PendingConfirmation, Resolution, RunHandle,
+    SkillOutput,
 };
 use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
@@ -51,6 +52,7 @@ struct Setup<'a> {
     /// Mounts the gateway's router inside an application with this
     /// middleware in front, instead of serving it on its own.
     middleware: Option<fn(Router) -> Router>,
+    confirmation: ConfirmationPolicy,
 }
 
 impl Default for Setup<'_> {
@@ -61,6 +63,7 @@ impl Default for Setup<'_> {
             config: GatewayConfig::default(),
             tools: Vec::new(),
             middleware: None,
+            confirmation: ConfirmationPolicy::default(),
         }
     }
 }
@@ -94,7 +97,8 @@ impl Served {
                     .chain(setup.tools)
                     .try_for_each(|tool| tools.register(tool))
             })
-            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"]);
+            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"])
+            .confirmation_policy(setup.confirmation);
         if let Some(llm) = setup.llm {
             builder = builder.llm(llm.config());
         }
@@ -525,6 +529,48 @@ async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() 
             },
         ]
     );
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+}
+
+/// With a separate approver required, the key a run acts for cannot
+/// approve its own write (it may still reject); another key can.
+#[tokio::test]
+async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_required() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec![
+                ApiKey::named("support-desk", "k-desk"),
+                ApiKey::named("supervisor", "k-supervisor"),
+            ],
+            ..GatewayConfig::default()
+        },
+        confirmation: ConfirmationPolicy::default().require_separate_approver(),
+        ..Setup::default()
+    })
+    .await;
+    let post = |path: &str, key: &str, body: Value| {
+        let request = served.http.post(served.url(path)).bearer_auth(key);
+        async move { read(request.json(&body).send().await.unwrap()).await }
+    };
+    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+    let (status, pending) = post("/v1/skills/processRefund/invoke", "k-desk", refund).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+    assert_eq!(pending["confirmation"]["separate_approver"], true);
+    let answer = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+
+    let (status, refused) = post(answer, "k-desk", json!({"decision": "approve"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");
+    assert_eq!(refused["error"]["code"], "separate_approver_required");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`support-desk`, who requested the run"),
+        "{message}"
+    );
+    assert_eq!(served.host.confirmations().pending().len(), 1);
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+
+    let (status, done) = post(answer, "k-supervisor", json!({"decision": "approve"})).await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
 }
 

@@ -99,6 +99,13 @@ pub struct ConfirmationPolicy {
     /// abandoned run does not hold its resources for long. At most
     /// [`MAX_EXPIRY`](super::MAX_EXPIRY) (30 days) is used.
     pub expiry: Duration,
+    /// Whether an approval must come from someone other than the principal
+    /// the run acts for (four eyes): an approval on behalf of that principal,
+    /// or of nobody, is refused ([`ConfirmError::SameApprover`]); anyone may
+    /// still reject. Default: false (a chat user approves their own request).
+    ///
+    /// [`ConfirmError::SameApprover`]: super::ConfirmError::SameApprover
+    pub separate_approver: bool,
 }
 
 impl Default for ConfirmationPolicy {
@@ -107,6 +114,7 @@ impl Default for ConfirmationPolicy {
             require_for_writes: true,
             overrides: BTreeMap::new(),
             expiry: Duration::from_secs(600),
+            separate_approver: false,
         }
     }
 }
@@ -129,6 +137,13 @@ impl ConfirmationPolicy {
     /// Makes `tool` always ask, even when it only reads.
     pub fn always_ask(mut self, tool: impl Into<String>) -> Self {
         self.overrides.insert(tool.into(), true);
+        self
+    }
+
+    /// Makes every approval come from someone other than the principal the
+    /// run acts for ([`Self::separate_approver`]).
+    pub fn require_separate_approver(mut self) -> Self {
+        self.separate_approver = true;
         self
     }
 

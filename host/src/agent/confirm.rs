@@ -26,6 +26,7 @@ use serde::{Serialize, Serializer};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
+use super::ConfirmationPolicy;
 use super::activity::{Activity, Waiting};
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
@@ -51,6 +52,10 @@ pub struct PendingConfirmation {
     pub arguments: Value,
     /// One line for a person, e.g. `applyRefund: orderId '88231', reason 'broken'`.
     pub summary: String,
+    /// Whether only someone other than [`Self::requested_by`] may approve
+    /// it ([`ConfirmationPolicy::separate_approver`](super::ConfirmationPolicy::separate_approver)).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub separate_approver: bool,
     /// When it expires unanswered (an HTTP date when serialized).
     #[serde(serialize_with = "http_date")]
     pub expires_at: SystemTime,
@@ -62,6 +67,20 @@ pub enum ConfirmError {
     /// No confirmation with this id is waiting.
     #[error("no pending confirmation `{0}`: it is unknown, already answered or expired")]
     NotPending(String),
+    /// The confirmation needs an approver other than the principal its run
+    /// acts for, and this approval was on behalf of that principal (or of
+    /// nobody). It stays pending.
+    #[error(
+        "confirmation `{id}` needs approval by someone other than {}: this approval is on \
+         behalf of {}; it is still pending",
+        requested_by.as_deref().map_or("the requester".into(), |name| format!("`{name}`, who requested the run")),
+        by.as_deref().map_or("nobody named".into(), |name| format!("`{name}`"))
+    )]
+    SameApprover {
+        id: String,
+        requested_by: Option<String>,
+        by: Option<String>,
+    },
 }
 
 /// What to do with a pending confirmation ([`Confirmations::answer`],
@@ -143,6 +162,16 @@ impl Confirmations {
             }
         };
         let mut slots = self.lock();
+        if let (Answer::Approve { by }, Some(slot)) = (&answer, slots.get(id)) {
+            let pending = &slot.pending;
+            if pending.separate_approver && (by.is_none() || *by == pending.requested_by) {
+                return Err(ConfirmError::SameApprover {
+                    id: id.to_owned(),
+                    requested_by: pending.requested_by.clone(),
+                    by: by.clone(),
+                });
+            }
+        }
         let Slot {
             pending,
             answer: to,
@@ -162,6 +191,25 @@ impl Confirmations {
         // A closed receiver means the run is gone: nothing was approved.
         sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
         Ok(pending)
+    }
+
+    /// Answers `id` for a caller that decides on the spot with no one else
+    /// to ask (a script, `--yes`): an approval refused because the
+    /// confirmation needs a separate approver becomes a rejection that says
+    /// so, instead of leaving the run waiting until the confirmation
+    /// expires. Fails only when `id` is no longer pending.
+    pub fn answer_on_the_spot(
+        &self,
+        id: &str,
+        decision: Decision,
+        by: Option<String>,
+    ) -> Result<PendingConfirmation, ConfirmError> {
+        match self.answer(id, decision, by.clone()) {
+            Err(refused @ ConfirmError::SameApprover { .. }) => {
+                self.answer(id, Decision::Reject(Some(refused.to_string())), by)
+            }
+            answered => answered,
+        }
     }
 
     /// The confirmation `id`, if it is waiting.
@@ -197,9 +245,9 @@ impl Confirmations {
         caller: Caller,
         tool: &str,
         arguments: Value,
-        expiry: Duration,
+        policy: &ConfirmationPolicy,
     ) -> Ticket {
-        let expiry = expiry.min(MAX_EXPIRY);
+        let expiry = policy.expiry.min(MAX_EXPIRY);
         let id = ConfirmationId::random();
         let pending = PendingConfirmation {
             id: id.clone(),
@@ -209,6 +257,7 @@ impl Confirmations {
             tool: tool.to_owned(),
             summary: summarize(tool, &arguments),
             arguments,
+            separate_approver: policy.separate_approver,
             expires_at: SystemTime::now() + expiry,
         };
         let (answer, receiver) = oneshot::channel();
@@ -358,13 +407,26 @@ mod tests {
     use super::*;
 
     fn open(store: &Confirmations, expiry: Duration) -> Ticket {
+        open_for(store, None, expiry, false)
+    }
+
+    fn open_for(
+        store: &Confirmations,
+        requested_by: Option<&str>,
+        expiry: Duration,
+        separate_approver: bool,
+    ) -> Ticket {
         store.open(
             RunId::random(),
-            None,
+            requested_by.map(str::to_owned),
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231", "reason": "broken"}),
-            expiry,
+            &ConfirmationPolicy {
+                expiry,
+                separate_approver,
+                ..ConfirmationPolicy::default()
+            },
         )
     }
 
@@ -418,6 +480,83 @@ mod tests {
         assert_eq!(
             store.approve(id.as_str()),
             Err(ConfirmError::NotPending(id.to_string()))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_separate_approver_is_someone_the_run_does_not_act_for() {
+        let store = Confirmations::default();
+        let ticket = open_for(&store, Some("desk"), Duration::from_secs(60), true);
+        let id = ticket.pending().id.as_str();
+        for by in [Some("desk"), None] {
+            let refused = store.answer(id, Decision::Approve, by.map(str::to_owned));
+            assert_eq!(
+                refused,
+                Err(ConfirmError::SameApprover {
+                    id: id.to_owned(),
+                    requested_by: Some("desk".into()),
+                    by: by.map(str::to_owned),
+                })
+            );
+        }
+        assert_eq!(
+            store
+                .answer(id, Decision::Approve, Some("desk".into()))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "confirmation `{id}` needs approval by someone other than `desk`, who requested \
+                 the run: this approval is on behalf of `desk`; it is still pending"
+            )
+        );
+        assert_eq!(
+            store.pending().len(),
+            1,
+            "a refused approval leaves it pending"
+        );
+        store
+            .answer(id, Decision::Approve, Some("supervisor".into()))
+            .unwrap();
+        assert_eq!(
+            ticket.resolution().await,
+            Resolution::Approved {
+                by: Some("supervisor".into())
+            }
+        );
+
+        // The requester may still say no; a run acting for nobody needs a
+        // named approver.
+        let ticket = open_for(&store, Some("desk"), Duration::from_secs(60), true);
+        store
+            .answer(
+                ticket.pending().id.as_str(),
+                Decision::Reject(None),
+                Some("desk".into()),
+            )
+            .unwrap();
+        let anonymous = open_for(&store, None, Duration::from_secs(60), true);
+        let id = anonymous.pending().id.as_str();
+        assert!(store.approve(id).is_err());
+        store
+            .answer(id, Decision::Approve, Some("desk".into()))
+            .unwrap();
+
+        // A caller with no one else to ask declines instead of leaving the
+        // run to wait for the expiry.
+        let ticket = open_for(&store, None, Duration::from_secs(60), true);
+        store
+            .answer_on_the_spot(ticket.pending().id.as_str(), Decision::Approve, None)
+            .unwrap();
+        let Resolution::Declined(Declined::Rejected {
+            reason: Some(reason),
+            by: None,
+        }) = ticket.resolution().await
+        else {
+            panic!("declined with a reason");
+        };
+        assert!(
+            reason.contains("needs approval by someone other than the requester"),
+            "{reason}"
         );
     }
 

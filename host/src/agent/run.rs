@@ -238,7 +238,9 @@ impl<T: Send + 'static> RunHandle<T> {
 
     /// Drives the run to its end, answering each pending confirmation with
     /// `decide`, and returns every event with the result. For callers that
-    /// decide on the spot (scripts, tests, `--yes`/`--no`).
+    /// decide on the spot (scripts, tests, `--yes`/`--no`); an approval that
+    /// needs a separate approver is a rejection
+    /// ([`Confirmations::answer_on_the_spot`]).
     pub async fn finish_with(
         mut self,
         mut decide: impl FnMut(&PendingConfirmation) -> Decision,
@@ -250,7 +252,9 @@ impl<T: Send + 'static> RunHandle<T> {
                 // An answer can be refused only when the confirmation is
                 // already gone (expired, run aborted); the run says so in
                 // its own events.
-                let _ = self.confirmations.answer(id, decide(pending), None);
+                let _ = self
+                    .confirmations
+                    .answer_on_the_spot(id, decide(pending), None);
             }
             events.push(event);
         }
@@ -607,7 +611,7 @@ impl RunContext {
                 caller.clone(),
                 tool,
                 arguments.clone(),
-                policy.expiry,
+                policy,
             );
             self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
             let waiting = Awaiting {

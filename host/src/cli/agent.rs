@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use http::{HeaderName, HeaderValue};
 use skillhost::agent::llm::LlmClient;
-use skillhost::agent::{Agent, AgentEvent, PendingConfirmation, RunHandle, RunOptions};
+use skillhost::agent::{Agent, AgentEvent, Decision, PendingConfirmation, RunHandle, RunOptions};
 use skillhost::tools::http::Forwarded;
 
 use super::config::ConfigFile;
@@ -223,11 +223,12 @@ pub async fn follow<T: Send + 'static>(
             let id = pending.id.as_str();
             // A refused answer means the confirmation is gone (expired); the
             // run reports that itself.
-            let _ = if answerer.decide(pending, input).await? {
-                agent.confirmations().approve(id).map(drop)
+            let decision = if answerer.decide(pending, input).await? {
+                Decision::Approve
             } else {
-                agent.confirmations().reject(id, None).map(drop)
+                Decision::Reject(None)
             };
+            let _ = agent.confirmations().answer_on_the_spot(id, decision, None);
         }
     }
     Ok(run.result().await?)

@@ -111,6 +111,7 @@ struct ConfirmationSection {
     #[serde(default)]
     always_ask: Vec<String>,
     expiry_secs: Option<u64>,
+    separate_approver: Option<bool>,
 }
 
 /// `[llm]`: under `SKILLHOST_MODEL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`.
@@ -197,6 +198,9 @@ impl ConfigFile {
         }
         if let Some(secs) = confirmation.expiry_secs {
             policy.expiry = Duration::from_secs(secs);
+        }
+        if let Some(separate) = confirmation.separate_approver {
+            policy.separate_approver = separate;
         }
         for tool in &confirmation.auto_approve {
             policy = policy.auto_approve(tool);

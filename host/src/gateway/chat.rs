@@ -103,7 +103,7 @@ pub async fn answer_confirmation(
     let (confirmation, parked) = state
         .parking
         .answer(&id, || state.host.answer(&id, decision, by.clone()))
-        .map_err(|error| not_pending(&error))?;
+        .map_err(|error| refused_answer(&error))?;
     match parked.map(Parked::answered) {
         Some(Parked::Chat(mut chat)) => {
             // A response of its own: its usage is what the run uses from here.
@@ -133,8 +133,18 @@ pub async fn answer_confirmation(
     }
 }
 
-fn not_pending(error: &ConfirmError) -> ApiError {
-    ApiError::not_found("confirmation_not_found", error.to_string())
+fn refused_answer(error: &ConfirmError) -> ApiError {
+    match error {
+        ConfirmError::NotPending(_) => {
+            ApiError::not_found("confirmation_not_found", error.to_string())
+        }
+        ConfirmError::SameApprover { .. } => ApiError::new(
+            StatusCode::FORBIDDEN,
+            ErrorType::PermissionError,
+            "separate_approver_required",
+            error.to_string(),
+        ),
+    }
 }
 
 /// Where to answer `pending`.

@@ -44,10 +44,11 @@ pub enum Progress<T: Send + 'static> {
         result: Result<T, AgentError>,
         usage: Usage,
     },
-    /// The run waits for `pending` to be answered.
+    /// The run waits for `pending` to be answered (boxed: it is most of
+    /// the enum's size, and runs mostly finish).
     Pending {
         run: OwnedRun<T>,
-        pending: PendingConfirmation,
+        pending: Box<PendingConfirmation>,
     },
 }
 
@@ -84,7 +85,10 @@ impl<T: Send + 'static> OwnedRun<T> {
                 break;
             };
             if let Some(pending) = take(&mut self.usage, event, &mut on_event) {
-                return Progress::Pending { run: self, pending };
+                return Progress::Pending {
+                    run: self,
+                    pending: Box::new(pending),
+                };
             }
         }
         self.finish().await
@@ -100,7 +104,10 @@ impl<T: Send + 'static> OwnedRun<T> {
             let ended = handle.has_ended();
             while let Ok(event) = handle.events.try_recv() {
                 if let Some(pending) = take(&mut self.usage, event, &mut |_| {}) {
-                    return Progress::Pending { run: self, pending };
+                    return Progress::Pending {
+                        run: self,
+                        pending: Box::new(pending),
+                    };
                 }
             }
             if ended {
@@ -252,7 +259,7 @@ async fn next_confirmation<T: Send + 'static>(
 ) -> Option<(PendingConfirmation, OwnedRun<T>)> {
     let id = run.id().cloned();
     match run.settle().await {
-        Progress::Pending { run, pending } => Some((pending, run)),
+        Progress::Pending { run, pending } => Some((*pending, run)),
         Progress::Finished { result, .. } => {
             if let (Some(run), Err(error)) = (id, result) {
                 tracing::info!(%run, %error, "a run answered outside the gateway failed");
@@ -538,7 +545,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::agent::Caller;
+    use crate::agent::{Caller, ConfirmationPolicy};
 
     /// A run that records being dropped (which aborts a real one) and
     /// being resumed (after which it ends).
@@ -616,7 +623,10 @@ mod tests {
             Caller::Main,
             "applyRefund",
             json!({"orderId": "88231"}),
-            expiry,
+            &ConfirmationPolicy {
+                expiry,
+                ..ConfirmationPolicy::default()
+            },
         );
         let pending = confirmations
             .pending()
