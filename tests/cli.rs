@@ -1754,10 +1754,22 @@ async fn serve_refuses_a_blank_key_instead_of_serving_unguarded() {
     }
 }
 
+/// The status `GET /v1/skills` on `base` answers with `key`.
+async fn skills_status(base: &str, key: &str) -> reqwest::StatusCode {
+    reqwest::Client::new()
+        .get(format!("{base}/v1/skills"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
 /// Named keys come from a file: they guard the API routes like
 /// `--api-key`'s; a file others can read is warned of, a malformed one
-/// refused naming the line and never the key. SIGHUP reads it again: a key
-/// rotates without a restart, and a bad file leaves the keys as they were.
+/// refused naming the line and never the key. SIGHUP reads it again (here
+/// the only way: `--no-watch`): a key rotates without a restart, and a bad
+/// file leaves the keys as they were.
 #[tokio::test]
 async fn serve_takes_named_api_keys_from_a_file() {
     use std::os::unix::fs::PermissionsExt;
@@ -1765,7 +1777,10 @@ async fn serve_takes_named_api_keys_from_a_file() {
     let keys = work.path("api-keys");
     std::fs::write(&keys, "# holder  key\nsupport-desk k-support\n").unwrap();
     std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+    let mut command = work.host_command(
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
     command.env("SKILLHOST_API_KEYS_FILE", &keys);
     let Serving {
         child: serve,
@@ -1779,25 +1794,19 @@ async fn serve_takes_named_api_keys_from_a_file() {
             .any(|line| line.contains("can be read by every user of this machine")),
         "{started:#?}"
     );
-    let http = reqwest::Client::new();
-    let skills = |key: &'static str| {
-        http.get(format!("{base}/v1/skills"))
-            .bearer_auth(key)
-            .send()
-    };
-    assert_eq!(skills("k-support").await.unwrap().status(), 200);
-    assert_eq!(skills("k-other").await.unwrap().status(), 401);
+    assert_eq!(skills_status(&base, "k-support").await, 200);
+    assert_eq!(skills_status(&base, "k-other").await, 401);
 
     std::fs::write(&keys, "support-desk k-rotated\n").unwrap();
     send_signal(&serve, "-HUP").await;
     said_next(&mut stderr, "API keys reloaded").await;
-    assert_eq!(skills("k-rotated").await.unwrap().status(), 200);
-    assert_eq!(skills("k-support").await.unwrap().status(), 401);
+    assert_eq!(skills_status(&base, "k-rotated").await, 200);
+    assert_eq!(skills_status(&base, "k-support").await, 401);
     std::fs::write(&keys, "support-desk\n").unwrap();
     send_signal(&serve, "-HUP").await;
     let kept = said_next(&mut stderr, "the API keys in force stay").await;
     assert!(kept.contains("line 1: expected `NAME KEY`"), "{kept}");
-    assert_eq!(skills("k-rotated").await.unwrap().status(), 200);
+    assert_eq!(skills_status(&base, "k-rotated").await, 200);
     drop(serve);
 
     std::fs::write(&keys, "support-desk k-support\nbilling k-support\n").unwrap();
@@ -1809,6 +1818,41 @@ async fn serve_takes_named_api_keys_from_a_file() {
         "{stderr}"
     );
     assert!(!stderr.contains("k-support"), "{stderr}");
+}
+
+/// A watched keys file is followed without a signal: replaced whole (as an
+/// editor or a Secret update does), its keys take over; a bad version is
+/// reported and the keys in force stay.
+#[tokio::test]
+async fn serve_follows_its_keys_file_when_it_changes() {
+    let work = Workdir::new();
+    let keys = work.path("api-keys");
+    std::fs::write(&keys, "support-desk k-support\n").unwrap();
+    let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+    command.arg("--api-keys-file").arg(&keys);
+    let Serving {
+        child: _serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    assert_eq!(skills_status(&base, "k-support").await, 200);
+
+    let replace = |text: &str| {
+        let staged = work.path(".api-keys.new");
+        std::fs::write(&staged, text).unwrap();
+        std::fs::rename(&staged, &keys).unwrap();
+    };
+    replace("support-desk k-rotated\n");
+    let reloaded = said_next(&mut stderr, "API keys reloaded").await;
+    assert!(reloaded.contains("1 key(s)"), "{reloaded}");
+    assert_eq!(skills_status(&base, "k-rotated").await, 200);
+    assert_eq!(skills_status(&base, "k-support").await, 401);
+
+    replace("support-desk\n");
+    let kept = said_next(&mut stderr, "the API keys in force stay").await;
+    assert!(kept.contains("line 1: expected `NAME KEY`"), "{kept}");
+    assert_eq!(skills_status(&base, "k-rotated").await, 200);
 }
 
 /// SIGHUP rescans the skills directory, which a gateway serving without

@@ -2,9 +2,13 @@
 //! position) and `--api-keys-file` (named by their holders).
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use notify::event::{AccessKind, AccessMode};
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
 
 use skillhost::gateway::{ApiKey, Gateway};
 
@@ -71,6 +75,59 @@ pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
         }
         Err(error) => console::warn(&format!("{error:#}; the API keys in force stay")),
     }
+}
+
+/// How long the watcher lets a burst of events settle before it reads the
+/// file: an editor's save or a Secret update is several events.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Watches the directory of the keys file and reads the file again
+/// ([`reload`]) whenever its bytes change: an edit, an atomic replace, a
+/// Kubernetes Secret volume swapping its `..data` link. The directory, not
+/// the file, is watched, so a replaced file is still followed. Reads (ours
+/// among them) are not changes, and a file whose bytes are unchanged is not
+/// reloaded. Keep the returned watcher: dropping it stops the watch.
+pub(super) fn watch(
+    gateway: Gateway,
+    given: Vec<String>,
+    file: PathBuf,
+) -> anyhow::Result<RecommendedWatcher> {
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let (changed, mut changes) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let is_read = |kind: &EventKind| {
+            matches!(kind, EventKind::Access(access)
+                if *access != AccessKind::Close(AccessMode::Write))
+        };
+        // An error (a lost event) may hide a change: look.
+        if event.as_ref().map_or(true, |event| !is_read(&event.kind)) {
+            let _ = changed.send(());
+        }
+    })?;
+    watcher
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .with_context(|| {
+            format!(
+                "watching {} for changes to the API keys file",
+                dir.display()
+            )
+        })?;
+    let mut last = std::fs::read(&file).ok();
+    tokio::spawn(async move {
+        while changes.recv().await.is_some() {
+            tokio::time::sleep(SETTLE).await;
+            while changes.try_recv().is_ok() {}
+            let now = std::fs::read(&file).ok();
+            if now != last {
+                reload(&gateway, &given, &file);
+                last = now;
+            }
+        }
+    });
+    Ok(watcher)
 }
 
 /// The keys of a keys file with the line each is on: one `NAME KEY` per

@@ -62,8 +62,8 @@ pub struct ServeArgs {
     api_keys: Vec<String>,
     /// A file of named API keys, one `NAME KEY` per line (`#` comments): a
     /// confirmation answered with a key is answered on behalf of its name,
-    /// e.g. "approved by support-desk". Read again at SIGHUP. Keep it
-    /// readable by this user only.
+    /// e.g. "approved by support-desk". Read again when it changes and at
+    /// SIGHUP. Keep it readable by this user only.
     #[arg(long, value_name = "FILE", env = "SKILLHOST_API_KEYS_FILE")]
     api_keys_file: Option<PathBuf>,
     /// The key of the admin routes (events, pending confirmations, metrics).
@@ -92,8 +92,8 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     keep_public: Option<Vec<String>>,
-    /// Load the skills directory once; do not watch it for changes (SIGHUP
-    /// rescans it).
+    /// Load the skills directory (and the API keys file) once; do not
+    /// watch them for changes (SIGHUP reads both again).
     #[arg(long)]
     no_watch: bool,
     /// Seconds to let in-flight requests finish after SIGINT or SIGTERM
@@ -163,6 +163,15 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.api_keys_file.clone(),
     )
     .context("listening for SIGHUP")?;
+    // Held while serving: dropping it ends the watch.
+    let _keys_watcher = match &args.api_keys_file {
+        Some(file) if hot_reload => Some(keys::watch(
+            gateway.clone(),
+            args.api_keys.clone(),
+            file.clone(),
+        )?),
+        _ => None,
+    };
     let listen = match args.listen.or(server.listen) {
         Some(listen) => listen,
         None => DEFAULT_LISTEN.parse().expect("a valid default address"),
