@@ -727,6 +727,27 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
     assert_eq!(work.refunds_of_88231(), 1);
 }
 
+/// A separate approver on a gateway without keys could never be named:
+/// `serve` says so at the start.
+#[tokio::test]
+async fn serve_warns_that_a_separate_approver_needs_keys() {
+    let work = Workdir::new();
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[confirmation]\nseparate_approver = true\n",
+    )
+    .unwrap();
+    let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
+    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+    let Serving { started, .. } = serving(command).await;
+    assert!(
+        started
+            .iter()
+            .any(|line| line.contains("separate_approver is set but the gateway has no keys")),
+        "{started:#?}"
+    );
+}
+
 /// `--yes` cannot stand in for a separate approver: the write is declined
 /// at once, saying why, instead of waiting for the confirmation to expire.
 #[tokio::test]

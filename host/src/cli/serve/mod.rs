@@ -117,6 +117,14 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let api_keys = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
     let has_api_keys = !api_keys.is_empty();
     let with_keys = has_api_keys || args.admin_key.is_some();
+    let agent_config = file.agent_config(args.keep_public.clone());
+    if agent_config.confirmation.separate_approver && !with_keys {
+        console::warn(
+            "[confirmation] separate_approver is set but the gateway has no keys: no answer names \
+             an approver, so writes can only be rejected or expire (set SKILLHOST_API_KEYS or \
+             --api-keys-file)",
+        );
+    }
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(skills_dir, policy)
         .runtime_config(runtime)
@@ -126,7 +134,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .into_iter()
                 .try_for_each(|tool| tools.register(tool))
         })
-        .agent_config(file.agent_config(args.keep_public.clone()))
+        .agent_config(agent_config)
         .llm_from_lookup(file.llm_lookup(env))
         .hot_reload(hot_reload)
         .on_load_progress(progress::loading_skills())
