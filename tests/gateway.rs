@@ -13,8 +13,8 @@ use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 use skillhost::agent::{
-    ConfirmationId, ConfirmationPolicy, Declined, PendingConfirmation, Resolution, RunHandle,
-    SkillOutput,
+    AgentConfig, ConfirmationId, ConfirmationPolicy, Declined, PendingConfirmation, Resolution,
+    RunHandle, SkillOutput,
 };
 use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
@@ -52,7 +52,9 @@ struct Setup<'a> {
     /// Mounts the gateway's router inside an application with this
     /// middleware in front, instead of serving it on its own.
     middleware: Option<fn(Router) -> Router>,
-    confirmation: ConfirmationPolicy,
+    /// The agent's settings; its disclosure keeps article 003's public
+    /// tools whatever they say.
+    agent: AgentConfig,
 }
 
 impl Default for Setup<'_> {
@@ -63,7 +65,7 @@ impl Default for Setup<'_> {
             config: GatewayConfig::default(),
             tools: Vec::new(),
             middleware: None,
-            confirmation: ConfirmationPolicy::default(),
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -97,8 +99,8 @@ impl Served {
                     .chain(setup.tools)
                     .try_for_each(|tool| tools.register(tool))
             })
-            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"])
-            .confirmation_policy(setup.confirmation);
+            .agent_config(setup.agent)
+            .keep_public(["queryOrder", "searchKnowledge", "getCurrentTime"]);
         if let Some(llm) = setup.llm {
             builder = builder.llm(llm.config());
         }
@@ -340,6 +342,10 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
     );
 
     assert_eq!(pending["usage"]["total_tokens"], 15, "one call of 10 + 5");
+    assert!(
+        pending["skillhost"].get("compacted").is_none(),
+        "nothing was left out: {pending:#}"
+    );
 
     let (status, done) = served.approve(&confirmation).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
@@ -544,7 +550,10 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
             ],
             ..GatewayConfig::default()
         },
-        confirmation: ConfirmationPolicy::default().require_separate_approver(),
+        agent: AgentConfig {
+            confirmation: ConfirmationPolicy::default().require_separate_approver(),
+            ..AgentConfig::default()
+        },
         ..Setup::default()
     })
     .await;
@@ -699,6 +708,52 @@ async fn a_runs_tools_act_for_the_customer_the_application_attached_to_its_reque
         "{}",
         answered(3)
     );
+}
+
+/// A conversation longer than the agent's context budget is answered from
+/// its latest turns, and the completion says what was left out, streamed
+/// or not: a client sending the whole conversation each time learns it no
+/// longer fits.
+#[tokio::test]
+async fn a_completion_says_when_older_turns_were_left_out_to_fit_the_context() {
+    let llm = ScriptedLlm::start(vec![Step::text("Shipped."), Step::text("Shipped.")]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        // So small that every turn but the latest is evicted.
+        agent: AgentConfig {
+            context_budget: 1,
+            ..AgentConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let messages = json!([
+        {"role": "user", "content": "Hello, I bought a robot vacuum last month."},
+        {"role": "assistant", "content": "Glad to help. What do you need?"},
+        {"role": "user", "content": "Where is order 88231?"},
+    ]);
+    let (status, completion) = served
+        .post("/v1/chat/completions", json!({"messages": messages}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{completion:#}");
+    let compacted = &completion["skillhost"]["compacted"];
+    assert!(
+        compacted["evicted_messages"].as_u64().unwrap() >= 2,
+        "{completion:#}"
+    );
+    assert_eq!(compacted["revoked"], json!([]));
+
+    let response = served
+        .http
+        .post(served.url("/v1/chat/completions"))
+        .json(&json!({"stream": true, "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    let chunks = completion_chunks(response).await;
+    let last = chunks.last().unwrap();
+    assert_eq!(last["skillhost"]["status"], "completed");
+    assert_eq!(last["skillhost"]["compacted"], *compacted);
 }
 
 #[tokio::test]

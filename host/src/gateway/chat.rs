@@ -107,7 +107,7 @@ pub async fn answer_confirmation(
     match parked.map(Parked::answered) {
         Some(Parked::Chat(mut chat)) => {
             // A response of its own: its usage is what the run uses from here.
-            chat.run.count_usage_afresh();
+            chat.run.begin_response();
             if answer.stream.unwrap_or(false) {
                 let include_usage = StreamOptions::include_usage(answer.stream_options.as_ref());
                 stream_chat(state, chat, mount, include_usage).await
@@ -162,12 +162,12 @@ async fn complete_chat(
     let ChatRun { mut run, mut meta } = chat;
     loop {
         match run.settle().await {
-            Progress::Finished { result, usage } => {
+            Progress::Finished { result, tally } => {
                 let output = result?;
                 return Ok(Json(openai::completion(
                     &meta,
                     &output.answer,
-                    usage,
+                    &tally,
                     &Status::Completed(&output.finish_reason),
                 ))
                 .into_response());
@@ -184,7 +184,7 @@ async fn complete_chat(
                 let body = openai::completion(
                     &meta,
                     &openai::pending_text(&pending, &path),
-                    waiting.usage(),
+                    waiting.tally(),
                     &status,
                 );
                 match park(state, &pending, ChatRun { run: waiting, meta })? {
@@ -370,14 +370,14 @@ impl ChunkWriter {
                             finish_reason,
                             ..
                         }),
-                    usage,
+                    tally,
                 } => {
                     if self.round_text.is_empty() {
                         self.text(&answer);
                     }
                     let status = Status::Completed(&finish_reason);
-                    self.send(openai::final_chunk(&self.meta, &status));
-                    break usage;
+                    self.send(openai::final_chunk(&self.meta, &status, &tally.compaction));
+                    break tally.usage;
                 }
                 Progress::Finished {
                     result: Err(error), ..
@@ -386,7 +386,7 @@ impl ChunkWriter {
                     return;
                 }
                 Progress::Pending { run, pending } => {
-                    let usage = run.usage();
+                    let tally = run.tally().clone();
                     let waiting = ChatRun {
                         run,
                         meta: chat.meta,
@@ -410,8 +410,9 @@ impl ChunkWriter {
                                     confirmation: &pending,
                                     answer_path: &path,
                                 },
+                                &tally.compaction,
                             ));
-                            break usage;
+                            break tally.usage;
                         }
                     }
                 }

@@ -39,7 +39,9 @@
 //! (`"status": "completed"` on every other completion, whose
 //! `finish_reason` is that of the model's final answer: `length` or
 //! `content_filter` when the server cut it short or withheld it, else
-//! `stop`.) Streaming ends the
+//! `stop`.) When the main agent left older turns of the conversation out to
+//! fit its context budget, the field also carries `"compacted":
+//! {"evicted_messages", "revoked"}` (runs::Compacted). Streaming ends the
 //! same way: the explanation as content, a final chunk carrying the
 //! extension field, `data: [DONE]`. The run waits server-side, holding the
 //! arguments; `POST /v1/confirmations/{id}` resumes it and answers with the

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::errors::ApiError;
+use super::runs::{Compacted, Tally};
 use crate::agent::llm::{AssistantMessage, FinishReason, Message, ToolCall, Usage};
 use crate::agent::{PendingConfirmation, RunId};
 
@@ -321,9 +322,11 @@ impl Status<'_> {
 }
 
 /// The `skillhost` extension field of completions and final chunks:
-/// `{"run", "status": "completed" | "pending_confirmation", "confirmation"?}`.
-pub fn extension(run: &RunId, status: &Status<'_>) -> Value {
-    match status {
+/// `{"run", "status": "completed" | "pending_confirmation", "confirmation"?,
+/// "compacted"?}`, the last when the main agent dropped older turns of the
+/// conversation during this response.
+pub fn extension(run: &RunId, status: &Status<'_>, compaction: &Compacted) -> Value {
+    let mut extension = match status {
         Status::Completed(_) => json!({"run": run, "status": "completed"}),
         Status::Pending {
             confirmation,
@@ -333,7 +336,11 @@ pub fn extension(run: &RunId, status: &Status<'_>) -> Value {
             "status": "pending_confirmation",
             "confirmation": confirmation_json(confirmation, answer_path),
         }),
+    };
+    if compaction.happened() {
+        extension["compacted"] = json!(compaction);
     }
+    extension
 }
 
 /// A pending confirmation with where and how to answer it.
@@ -363,7 +370,7 @@ pub fn pending_text(pending: &PendingConfirmation, answer_path: &str) -> String 
 pub fn completion(
     meta: &CompletionMeta,
     content: &str,
-    usage: Usage,
+    tally: &Tally,
     status: &Status<'_>,
 ) -> Value {
     json!({
@@ -377,8 +384,8 @@ pub fn completion(
             "logprobs": null,
             "finish_reason": status.finish_reason(),
         }],
-        "usage": usage,
-        "skillhost": extension(&meta.run, status),
+        "usage": tally.usage,
+        "skillhost": extension(&meta.run, status, &tally.compaction),
     })
 }
 
@@ -395,14 +402,14 @@ pub fn chunk(meta: &CompletionMeta, delta: &Value) -> Value {
 
 /// The last chunk with choices: empty delta, the finish reason, the
 /// extension field.
-pub fn final_chunk(meta: &CompletionMeta, status: &Status<'_>) -> Value {
+pub fn final_chunk(meta: &CompletionMeta, status: &Status<'_>, compaction: &Compacted) -> Value {
     json!({
         "id": meta.id,
         "object": "chat.completion.chunk",
         "created": meta.created,
         "model": meta.model,
         "choices": [{"index": 0, "delta": {}, "logprobs": null, "finish_reason": status.finish_reason()}],
-        "skillhost": extension(&meta.run, status),
+        "skillhost": extension(&meta.run, status, compaction),
     })
 }
 

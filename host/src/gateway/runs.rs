@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use crate::agent::llm::Usage;
 use crate::agent::{
-    AgentError, AgentEvent, ConfirmationWatch, Confirmations, PendingConfirmation, RunHandle, RunId,
+    AgentError, AgentEvent, Caller, ConfirmationWatch, Confirmations, PendingConfirmation,
+    RunHandle, RunId,
 };
-use crate::skills::SkillVersion;
+use crate::skills::{SkillName, SkillVersion};
 
 use axum::http::StatusCode;
 use tokio::task::AbortHandle;
@@ -31,10 +32,74 @@ use super::openai::CompletionMeta;
 /// not waited for another since ([`Resumable::waiting`]).
 pub struct OwnedRun<T: Send + 'static> {
     handle: Option<RunHandle<T>>,
-    /// Tokens of the run so far (see [`OwnedRun::usage`]), from its usage
-    /// events.
-    usage: Usage,
+    /// What the response being written reports (see
+    /// [`OwnedRun::begin_response`]), from the run's events.
+    tally: Tally,
     abort_on_drop: bool,
+}
+
+/// What a response reports of its run beside the answer, counted from the
+/// run's events since the response began: OpenAI's `usage` is per response.
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    /// Tokens the LLM server counted.
+    pub usage: Usage,
+    /// What fitting the main agent's transcript into its context budget
+    /// dropped.
+    pub compaction: Compacted,
+}
+
+/// Older turns of the conversation the main agent dropped to fit its context
+/// budget ([`AgentEvent::Compacted`]), summed over a response: a client that
+/// sends the whole conversation each time learns that it no longer fits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Compacted {
+    /// Messages left out of the model's view.
+    pub evicted_messages: usize,
+    /// Skills whose load result was among them: their unlocked tools are
+    /// hidden again until the skill is loaded anew.
+    pub revoked: Vec<SkillName>,
+}
+
+impl Compacted {
+    /// Whether anything was dropped.
+    pub fn happened(&self) -> bool {
+        self.evicted_messages > 0
+    }
+}
+
+impl Tally {
+    /// Counts `event` and shows it to `on_event`; returns the confirmation it
+    /// announces, if it does.
+    fn take(
+        &mut self,
+        event: AgentEvent,
+        on_event: &mut impl FnMut(&AgentEvent),
+    ) -> Option<PendingConfirmation> {
+        match &event {
+            AgentEvent::Usage { usage, .. } => self.usage.add(usage),
+            AgentEvent::Compacted {
+                caller: Caller::Main,
+                evicted_messages,
+                revoked,
+                ..
+            } => {
+                let compaction = &mut self.compaction;
+                compaction.evicted_messages += evicted_messages;
+                for skill in revoked {
+                    if !compaction.revoked.contains(skill) {
+                        compaction.revoked.push(skill.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+        on_event(&event);
+        match event {
+            AgentEvent::ConfirmationPending(pending) => Some(pending),
+            _ => None,
+        }
+    }
 }
 
 /// Where a run stands after [`OwnedRun::advance`] or [`OwnedRun::settle`].
@@ -42,7 +107,7 @@ pub enum Progress<T: Send + 'static> {
     /// The run ended.
     Finished {
         result: Result<T, AgentError>,
-        usage: Usage,
+        tally: Tally,
     },
     /// The run waits for `pending` to be answered (boxed: it is most of
     /// the enum's size, and runs mostly finish).
@@ -56,7 +121,7 @@ impl<T: Send + 'static> OwnedRun<T> {
     pub fn new(handle: RunHandle<T>) -> Self {
         Self {
             handle: Some(handle),
-            usage: Usage::default(),
+            tally: Tally::default(),
             abort_on_drop: true,
         }
     }
@@ -66,15 +131,16 @@ impl<T: Send + 'static> OwnedRun<T> {
         self.handle.as_ref().map(|handle| &handle.id)
     }
 
-    /// Tokens of the run so far, or since [`Self::count_usage_afresh`].
-    pub fn usage(&self) -> Usage {
-        self.usage
+    /// What the run did since the response being written began (or since
+    /// the run started).
+    pub fn tally(&self) -> &Tally {
+        &self.tally
     }
 
-    /// Counts the run's tokens from zero: a new response begins, which
-    /// reports only what it used (OpenAI's `usage` is per response).
-    pub fn count_usage_afresh(&mut self) {
-        self.usage = Usage::default();
+    /// Counts from zero: a new response begins, which reports only what
+    /// the run does from here.
+    pub fn begin_response(&mut self) {
+        self.tally = Tally::default();
     }
 
     /// Reads the run's events, showing each to `on_event`, until it waits
@@ -84,7 +150,7 @@ impl<T: Send + 'static> OwnedRun<T> {
             let Some(event) = handle.events.recv().await else {
                 break;
             };
-            if let Some(pending) = take(&mut self.usage, event, &mut on_event) {
+            if let Some(pending) = self.tally.take(event, &mut on_event) {
                 return Progress::Pending {
                     run: self,
                     pending: Box::new(pending),
@@ -103,7 +169,7 @@ impl<T: Send + 'static> OwnedRun<T> {
             // queued by the time it is marked ended.
             let ended = handle.has_ended();
             while let Ok(event) = handle.events.try_recv() {
-                if let Some(pending) = take(&mut self.usage, event, &mut |_| {}) {
+                if let Some(pending) = self.tally.take(event, &mut |_| {}) {
                     return Progress::Pending {
                         run: self,
                         pending: Box::new(pending),
@@ -120,12 +186,12 @@ impl<T: Send + 'static> OwnedRun<T> {
 
     /// The run's result, once its events are read.
     async fn finish(mut self) -> Progress<T> {
-        let usage = self.usage;
+        let tally = std::mem::take(&mut self.tally);
         let result = match self.handle.take() {
             Some(handle) => handle.result().await,
             None => Err(AgentError::Aborted("the run was already finished".into())),
         };
-        Progress::Finished { result, usage }
+        Progress::Finished { result, tally }
     }
 }
 
@@ -136,23 +202,6 @@ impl<T: Send + 'static> Drop for OwnedRun<T> {
         {
             handle.abort();
         }
-    }
-}
-
-/// Adds `event`'s tokens to `usage` and shows it to `on_event`; returns the
-/// confirmation it announces, if it does.
-fn take(
-    usage: &mut Usage,
-    event: AgentEvent,
-    on_event: &mut impl FnMut(&AgentEvent),
-) -> Option<PendingConfirmation> {
-    if let AgentEvent::Usage { usage: used, .. } = &event {
-        usage.add(used);
-    }
-    on_event(&event);
-    match event {
-        AgentEvent::ConfirmationPending(pending) => Some(pending),
-        _ => None,
     }
 }
 

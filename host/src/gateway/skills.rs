@@ -98,14 +98,14 @@ pub async fn finish_invocation(
     });
     loop {
         match run.settle().await {
-            Progress::Finished { result, usage } => {
+            Progress::Finished { result, tally } => {
                 let SkillOutput { outcome, .. } = result?;
                 return match outcome {
                     CallOutcome::Done { result } => {
                         let mut body = base;
                         body["status"] = json!("done");
                         body["result"] = result;
-                        body["usage"] = json!(usage);
+                        body["usage"] = json!(tally.usage);
                         Ok(Json(body).into_response())
                     }
                     failed => Err(ApiError::new(
