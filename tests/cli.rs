@@ -77,6 +77,15 @@ impl Workdir {
         command
     }
 
+    /// [`Workdir::host_command`] reading `config` as its config file
+    /// (`skillhost.toml` here, through `SKILLHOST_CONFIG`).
+    fn configured_command(&self, config: &str, args: &[&str], skills: &Path) -> Command {
+        std::fs::write(self.path("skillhost.toml"), config).unwrap();
+        let mut command = self.host_command(args, skills);
+        command.env("SKILLHOST_CONFIG", "skillhost.toml");
+        command
+    }
+
     /// `skillhost test <args> --skills <dir> --trust keys/trusted`, with no
     /// `--db`: the cases run on a scratch shop.
     fn test_command(&self, args: &[&str], skills: &Path) -> Command {
@@ -719,9 +728,7 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
          [confirmation]\nauto_approve = [\"applyRefund\"]\n",
         llm.base_url()
     );
-    std::fs::write(work.path("skillhost.toml"), config).unwrap();
-    let mut command = work.host_command(&["ask", REFUND_REQUEST], &bundled());
-    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+    let mut command = work.configured_command(&config, &["ask", REFUND_REQUEST], &bundled());
     let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
     assert_eq!(stdout.trim(), "Refunded.", "{stderr}");
     assert_eq!(work.refunds_of_88231(), 1);
@@ -732,13 +739,11 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
 #[tokio::test]
 async fn serve_warns_that_a_separate_approver_needs_keys() {
     let work = Workdir::new();
-    std::fs::write(
-        work.path("skillhost.toml"),
+    let command = work.configured_command(
         "[confirmation]\nseparate_approver = true\n",
-    )
-    .unwrap();
-    let mut command = work.host_command(&["serve", "--listen", "127.0.0.1:0"], &bundled());
-    command.env("SKILLHOST_CONFIG", "skillhost.toml");
+        &["serve", "--listen", "127.0.0.1:0"],
+        &bundled(),
+    );
     let Serving { started, .. } = serving(command).await;
     assert!(
         started
@@ -753,12 +758,8 @@ async fn serve_warns_that_a_separate_approver_needs_keys() {
 #[tokio::test]
 async fn yes_declines_a_write_that_needs_a_separate_approver() {
     let work = Workdir::new();
-    std::fs::write(
-        work.path("skillhost.toml"),
+    let mut command = work.configured_command(
         "[confirmation]\nseparate_approver = true\n",
-    )
-    .unwrap();
-    let mut command = work.host_command(
         &[
             "run",
             "processRefund",
@@ -768,7 +769,6 @@ async fn yes_declines_a_write_that_needs_a_separate_approver() {
         ],
         &bundled(),
     );
-    command.env("SKILLHOST_CONFIG", "skillhost.toml");
     let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
     assert!(
         stdout.contains("needs approval by someone other than the requester"),
@@ -781,12 +781,8 @@ async fn yes_declines_a_write_that_needs_a_separate_approver() {
 async fn a_confirmation_exception_naming_no_tool_is_refused_not_ignored() {
     let work = Workdir::new();
     // Meant to make the read ask; misspelt, it would have run unattended.
-    std::fs::write(
-        work.path("skillhost.toml"),
+    let mut command = work.configured_command(
         "[confirmation]\nalways_ask = [\"queryorder\"]\n",
-    )
-    .unwrap();
-    let mut command = work.host_command(
         &[
             "run",
             "processRefund",
@@ -795,7 +791,6 @@ async fn a_confirmation_exception_naming_no_tool_is_refused_not_ignored() {
         ],
         &bundled(),
     );
-    command.env("SKILLHOST_CONFIG", "skillhost.toml");
     let (stdout, stderr) = expect_code(&output(&mut command).await, 1);
     assert!(stdout.is_empty(), "{stdout}");
     assert!(
