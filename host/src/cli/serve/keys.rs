@@ -32,13 +32,26 @@ pub(super) fn bearer_key(text: &str) -> Result<String, String> {
     Ok(text.to_owned())
 }
 
+/// The API keys of `--api-key` and of the keys file, with the file's bytes
+/// they were read from.
+#[derive(Debug)]
+pub(super) struct ApiKeys {
+    pub keys: Vec<ApiKey>,
+    /// What the watcher compares the file with, so that a change made
+    /// before the watch began is not missed.
+    pub file_bytes: Option<Vec<u8>>,
+}
+
 /// The API keys of `--api-key` (which go by `api-key-<n>`, so they come
 /// first) and of the keys file. A key given twice is refused: who
 /// presented it would be ambiguous.
-pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<Vec<ApiKey>> {
+pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<ApiKeys> {
     let mut keys: Vec<ApiKey> = given.iter().map(|key| ApiKey::from(key.as_str())).collect();
     let Some(path) = file else {
-        return Ok(keys);
+        return Ok(ApiKeys {
+            keys,
+            file_bytes: None,
+        });
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the API keys file {}", path.display()))?;
@@ -57,7 +70,10 @@ pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<
         }
     }
     keys.extend(named.into_iter().map(|(_, key)| key));
-    Ok(keys)
+    Ok(ApiKeys {
+        keys,
+        file_bytes: Some(text.into_bytes()),
+    })
 }
 
 /// Reads the keys file again, for a key rotation without a restart: keys
@@ -65,7 +81,7 @@ pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<
 /// start; a file that does not is reported, and the keys in force stay.
 pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
     match api_keys(given, Some(file)) {
-        Ok(keys) => {
+        Ok(ApiKeys { keys, .. }) => {
             gateway.set_api_keys(&keys);
             console::say(&format!(
                 "API keys reloaded from {}: {} key(s)",
@@ -81,22 +97,25 @@ pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
 /// file: an editor's save or a Secret update is several events.
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Watches the directory of the keys file and reads the file again
-/// ([`reload`]) whenever its bytes change: an edit, an atomic replace, a
-/// Kubernetes Secret volume swapping its `..data` link. The directory, not
-/// the file, is watched, so a replaced file is still followed. Reads (ours
-/// among them) are not changes, and a file whose bytes are unchanged is not
-/// reloaded. Keep the returned watcher: dropping it stops the watch.
+/// Watches the directory of `file` and calls `on_change` (in `serve`,
+/// [`reload`]) whenever its bytes differ from the last seen, starting from
+/// `read`, the bytes the keys in force came from: an edit, an atomic
+/// replace, a Kubernetes Secret volume swapping its `..data` link. The
+/// directory, not the file, is watched, so a replaced file is still
+/// followed. Reads (ours among them) are not changes. The file is compared
+/// once as the watch begins, for a change made while the host was starting.
+/// Keep the returned watcher: dropping it stops the watch.
 pub(super) fn watch(
-    gateway: Gateway,
-    given: Vec<String>,
     file: PathBuf,
+    read: Option<Vec<u8>>,
+    on_change: impl Fn() + Send + 'static,
 ) -> anyhow::Result<RecommendedWatcher> {
     let dir = match file.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
         _ => PathBuf::from("."),
     };
     let (changed, mut changes) = mpsc::unbounded_channel();
+    let started = changed.clone();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let is_read = |kind: &EventKind| {
             matches!(kind, EventKind::Access(access)
@@ -115,14 +134,15 @@ pub(super) fn watch(
                 dir.display()
             )
         })?;
-    let mut last = std::fs::read(&file).ok();
+    let _ = started.send(());
+    let mut last = read;
     tokio::spawn(async move {
         while changes.recv().await.is_some() {
             tokio::time::sleep(SETTLE).await;
             while changes.try_recv().is_ok() {}
             let now = std::fs::read(&file).ok();
             if now != last {
-                reload(&gateway, &given, &file);
+                on_change();
                 last = now;
             }
         }
@@ -268,13 +288,58 @@ mod tests {
         assert!(error.contains("longer than 64 characters"), "{error}");
     }
 
+    /// Calls of the watch's `on_change`, one message each.
+    fn watching(file: &Path, read: &[u8]) -> (RecommendedWatcher, mpsc::UnboundedReceiver<()>) {
+        let (called, calls) = mpsc::unbounded_channel();
+        let watcher = watch(file.to_owned(), Some(read.to_vec()), move || {
+            let _ = called.send(());
+        })
+        .unwrap();
+        (watcher, calls)
+    }
+
+    async fn next_call(calls: &mut mpsc::UnboundedReceiver<()>) -> bool {
+        tokio::time::timeout(Duration::from_secs(10), calls.recv())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn the_watch_follows_a_change_and_not_an_unchanged_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keys");
+        std::fs::write(&file, "support s-1\n").unwrap();
+        let (_watcher, mut calls) = watching(&file, b"support s-1\n");
+        std::fs::read(&file).unwrap();
+        tokio::time::sleep(SETTLE * 4).await;
+        assert!(calls.try_recv().is_err(), "called with nothing changed");
+        std::fs::write(&file, "support s-2\n").unwrap();
+        assert!(next_call(&mut calls).await, "the change was not followed");
+    }
+
+    /// Regression: the watch began with the bytes it read itself, after the
+    /// host had loaded its skills, so a rotation during the start was
+    /// missed until the next change.
+    #[tokio::test]
+    async fn a_change_made_before_the_watch_began_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keys");
+        std::fs::write(&file, "support s-2\n").unwrap();
+        let (_watcher, mut calls) = watching(&file, b"support s-1\n");
+        assert!(next_call(&mut calls).await, "the earlier change was missed");
+    }
+
     #[test]
     fn keys_given_on_the_command_line_come_first_and_once() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("keys");
         std::fs::write(&file, "support s-1\n").unwrap();
         let keys = api_keys(&["k-1".to_owned()], Some(&file)).unwrap();
-        assert_eq!(keys, [ApiKey::from("k-1"), ApiKey::named("support", "s-1")]);
+        assert_eq!(
+            keys.keys,
+            [ApiKey::from("k-1"), ApiKey::named("support", "s-1")]
+        );
+        assert_eq!(keys.file_bytes.as_deref(), Some(&b"support s-1\n"[..]));
         let error = format!("{:#}", api_keys(&["s-1".into()], Some(&file)).unwrap_err());
         assert!(
             error.contains("line 1: the key of `support` is also given with --api-key"),

@@ -67,7 +67,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE", env = "SKILLHOST_API_KEYS_FILE")]
     api_keys_file: Option<PathBuf>,
     /// The key of the admin routes (events, pending confirmations, metrics).
-    /// None: admin routes are open only when no API key is set either.
+    /// None: admin routes are open only when no API key is set either. It
+    /// may answer confirmations too, as `admin`: with [confirmation]
+    /// separate_approver, that is another key than a run's own.
     #[arg(
         long,
         value_name = "KEY",
@@ -114,7 +116,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let policy = args.host.signature_policy()?;
     report_trust(&policy);
     let runtime = args.host.runtime_config(&file)?;
-    let api_keys = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
+    let keys::ApiKeys {
+        keys: api_keys,
+        file_bytes: keys_file_bytes,
+    } = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
     let has_api_keys = !api_keys.is_empty();
     let with_keys = has_api_keys || args.admin_key.is_some();
     let agent_config = file.agent_config(args.keep_public.clone());
@@ -173,11 +178,12 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     .context("listening for SIGHUP")?;
     // Held while serving: dropping it ends the watch.
     let _keys_watcher = match &args.api_keys_file {
-        Some(file) if hot_reload => Some(keys::watch(
-            gateway.clone(),
-            args.api_keys.clone(),
-            file.clone(),
-        )?),
+        Some(file) if hot_reload => {
+            let (gateway, given, path) = (gateway.clone(), args.api_keys.clone(), file.clone());
+            Some(keys::watch(file.clone(), keys_file_bytes, move || {
+                keys::reload(&gateway, &given, &path)
+            })?)
+        }
         _ => None,
     };
     let listen = match args.listen.or(server.listen) {
