@@ -544,10 +544,8 @@ async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() 
 async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_required() {
     let served = Served::start(Setup {
         config: GatewayConfig {
-            api_keys: vec![
-                ApiKey::named("support-desk", "k-desk"),
-                ApiKey::named("supervisor", "k-supervisor"),
-            ],
+            api_keys: vec![ApiKey::named("support-desk", "k-desk")],
+            admin_key: Some("k-admin".into()),
             ..GatewayConfig::default()
         },
         agent: AgentConfig {
@@ -578,7 +576,8 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
     assert_eq!(served.host.confirmations().pending().len(), 1);
     assert!(served.db.refunds_for("88231").unwrap().is_empty());
 
-    let (status, done) = post(answer, "k-supervisor", json!({"decision": "approve"})).await;
+    // The admin key is another key: it may approve.
+    let (status, done) = post(answer, "k-admin", json!({"decision": "approve"})).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
 }
@@ -1144,6 +1143,35 @@ async fn health_is_degraded_while_the_skills_directory_is_gone_and_recovers_with
     let health = wait_for(&served, "/healthz", |health| health["skills"] == 1).await;
     assert_eq!(health["status"], "ok", "{health:#}");
     assert_eq!(health["problems"], json!([]));
+    served.shut_down().await;
+}
+
+/// An application that nests the gateway under `/ai`: the paths the
+/// gateway gives its clients are under the mount too.
+#[tokio::test]
+async fn a_nested_gateway_names_its_own_routes_under_its_mount() {
+    let served = Served::start(Setup {
+        middleware: Some(|router| Router::new().nest("/ai", router)),
+        ..Setup::default()
+    })
+    .await;
+    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+    let (status, pending) = served
+        .post("/ai/v1/skills/processRefund/invoke", refund)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+    let id = pending["confirmation"]["id"].as_str().unwrap();
+    let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+    assert_eq!(path, format!("/ai/v1/confirmations/{id}"));
+    let (status, done) = served.post(path, json!({"decision": "approve"})).await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+
+    std::fs::write(served.dir.path().join("broken.wasm"), b"not a component").unwrap();
+    let health = wait_for(&served, "/ai/healthz", |health| health["failures"] == 1).await;
+    assert_eq!(
+        health["problems"],
+        json!(["1 skill file did not load; the skill listing (GET /ai/v1/skills) says why"])
+    );
     served.shut_down().await;
 }
 

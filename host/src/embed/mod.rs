@@ -505,6 +505,13 @@ impl SkillHost {
     /// load. The problems carry no paths or reasons, so that an open health
     /// route shows none; [`SkillHost::snapshot`] and the log have them.
     pub async fn health(&self) -> Health {
+        self.health_pointing_to("the skills snapshot (`SkillHost::snapshot`)")
+            .await
+    }
+
+    /// [`SkillHost::health`], naming `listing` as where a failed file's
+    /// reason is: the gateway names its own route, under its mount.
+    pub(crate) async fn health_pointing_to(&self, listing: &str) -> Health {
         let snapshot = self.snapshot();
         let failures = snapshot.failures().count();
         let mut problems = Vec::new();
@@ -517,7 +524,7 @@ impl SkillHost {
         if failures > 0 {
             let files = if failures == 1 { "file" } else { "files" };
             problems.push(format!(
-                "{failures} skill {files} did not load; the skill listing (GET /v1/skills) says why"
+                "{failures} skill {files} did not load; {listing} says why"
             ));
         }
         Health {

@@ -22,8 +22,9 @@ use crate::text;
 
 /// `GET /healthz`: always 200 while the process serves (liveness), with
 /// [`SkillHost::health`](crate::embed::SkillHost::health) as the body.
-pub async fn healthz(State(state): State<Arc<AppState>>) -> Json<Health> {
-    Json(state.host.health().await)
+pub async fn healthz(State(state): State<Arc<AppState>>, mount: Mount) -> Json<Health> {
+    let listing = format!("the skill listing (GET {}/v1/skills)", mount.prefix());
+    Json(state.host.health_pointing_to(&listing).await)
 }
 
 /// `GET /metrics`.
