@@ -51,6 +51,7 @@ pub enum Verdict {
 /// One expectation of a case that did not hold.
 #[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
 #[serde(tag = "failure", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CaseFailure {
     /// A tool in `expect_tools` was not executed by the skill.
     #[error("expected tool `{tool}` was not called (called: {})", list(.called))]

@@ -35,6 +35,7 @@ use crate::text::clip;
 
 /// A call waiting for a person's approval.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct PendingConfirmation {
     /// What to answer with.
     pub id: ConfirmationId,
@@ -63,6 +64,7 @@ pub struct PendingConfirmation {
 
 /// Why an answer was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfirmError {
     /// No confirmation with this id is waiting.
     #[error("no pending confirmation `{0}`: it is unknown, already answered or expired")]

@@ -57,6 +57,7 @@ pub enum SkillPath {
 /// <ms>}` or `{"decision": "withdrawn"}`; `by` is there when the answer
 /// said who gave it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Resolution {
     /// Approved: the call ran with the arguments shown.
     Approved {
@@ -73,6 +74,17 @@ pub enum Resolution {
 }
 
 impl Resolution {
+    /// The `decision` it is serialized with: `approved`, `rejected`,
+    /// `expired` or `withdrawn`.
+    pub fn decision(&self) -> &'static str {
+        match self {
+            Self::Approved { .. } => "approved",
+            Self::Declined(Declined::Rejected { .. }) => "rejected",
+            Self::Declined(Declined::Expired { .. }) => "expired",
+            Self::Withdrawn => "withdrawn",
+        }
+    }
+
     /// Who answered, when the answer said.
     pub fn by(&self) -> Option<&str> {
         match self {
@@ -85,14 +97,12 @@ impl Resolution {
 impl Serialize for Resolution {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let (decision, by) = match self {
-            Self::Approved { by } => ("approved", by.as_deref()),
-            Self::Withdrawn => ("withdrawn", None),
-            Self::Declined(declined) => return declined.serialize(serializer),
-        };
+        if let Self::Declined(declined) = self {
+            return declined.serialize(serializer);
+        }
         let mut map = serializer.serialize_map(None)?;
-        map.serialize_entry("decision", decision)?;
-        if let Some(by) = by {
+        map.serialize_entry("decision", self.decision())?;
+        if let Some(by) = self.by() {
             map.serialize_entry("by", by)?;
         }
         map.end()
@@ -102,6 +112,7 @@ impl Serialize for Resolution {
 /// Why a call that needed approval did not run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Declined {
     /// A person rejected it, with their reason if they gave one.
     Rejected {
@@ -158,6 +169,7 @@ impl Declined {
 /// What became of one function call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CallOutcome {
     /// It ran and returned `result` (for a skill on the LLM-driven path, the
     /// sub-agent's final text as a JSON string).
@@ -187,6 +199,17 @@ pub enum CallOutcome {
 }
 
 impl CallOutcome {
+    /// The `status` it is serialized with: `done`, `failed`, `refused` or
+    /// `declined`.
+    pub fn status(&self) -> &'static str {
+        match self {
+            Self::Done { .. } => "done",
+            Self::Failed { .. } => "failed",
+            Self::Refused { .. } => "refused",
+            Self::Declined { .. } => "declined",
+        }
+    }
+
     /// The content of the tool message that reports this outcome to the
     /// model: the result itself (a string as is, anything else as JSON),
     /// or `{"error": ...}` saying what happened and what to do.
@@ -217,6 +240,7 @@ impl CallOutcome {
 /// [`AgentEvent::SkillStarted`] and [`AgentEvent::SkillFinished`].
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AgentEvent {
     /// An LLM round begins with this function list.
     RoundStarted {

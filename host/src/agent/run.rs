@@ -41,6 +41,7 @@ pub struct RunStats {
 
 /// The result of a conversation run ([`Agent::start`](super::Agent::start)).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunOutput {
     /// The main agent's final answer.
     pub answer: String,
@@ -60,6 +61,7 @@ pub struct RunOutput {
 /// The result of a direct skill run
 /// ([`Agent::start_skill`](super::Agent::start_skill)).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SkillOutput {
     /// What the skill produced, or why it failed.
     pub outcome: CallOutcome,
@@ -69,6 +71,7 @@ pub struct SkillOutput {
 
 /// Everything a run reported, and how it ended.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Finished<T> {
     /// Every event, in order.
     pub events: Vec<AgentEvent>,

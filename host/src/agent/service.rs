@@ -19,6 +19,7 @@ use crate::tools::ToolRegistry;
 
 /// Why a run could not start or did not finish.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// The run needs an LLM and none is configured. Skills with
     /// deterministic steps still run without one

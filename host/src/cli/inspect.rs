@@ -14,6 +14,7 @@ use serde_json::Value;
 use wasmtime::component::types::ComponentItem;
 
 use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, compile, digest_of};
+use skillhost::skills::FailureKind;
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
 
@@ -259,15 +260,8 @@ fn check_preamble(bytes: &[u8]) -> Result<(), Problem> {
 }
 
 fn load_problem(error: &LoadError) -> Problem {
-    let kind = match error {
-        LoadError::Compile(_) | LoadError::MemoryLimit { .. } => "compile",
-        LoadError::Link(_) => "link",
-        LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_) => {
-            "manifest"
-        }
-    };
     Problem {
-        kind,
+        kind: FailureKind::from(error).name(),
         reason: error.to_string(),
     }
 }

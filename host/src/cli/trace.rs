@@ -95,12 +95,10 @@ impl Trace {
                 resolution,
             } => {
                 let how = match resolution {
-                    Resolution::Approved { .. } => "approved".to_owned(),
-                    Resolution::Declined(Declined::Rejected { .. }) => "rejected".to_owned(),
                     Resolution::Declined(Declined::Expired { after }) => {
                         format!("expired after {after:?}")
                     }
-                    Resolution::Withdrawn => "withdrawn".to_owned(),
+                    other => other.decision().to_owned(),
                 };
                 eprintln!("      confirmation {id} ({tool}): {how}");
             }
@@ -127,6 +125,11 @@ impl Trace {
             AgentEvent::Answer { text } => {
                 eprintln!("answer:");
                 println!("{text}");
+            }
+            // An event this trace has no words for yet, as the JSON of `--json`.
+            other => {
+                let json = serde_json::to_string(other).unwrap_or_default();
+                eprintln!("event: {}", clip(&json));
             }
         }
     }
@@ -172,13 +175,7 @@ fn indent(caller: &Caller) -> &'static str {
 
 /// A call's outcome in a few words and the start of its result.
 fn describe(outcome: &CallOutcome) -> String {
-    let status = match outcome {
-        CallOutcome::Done { .. } => "done",
-        CallOutcome::Failed { .. } => "failed",
-        CallOutcome::Refused { .. } => "refused",
-        CallOutcome::Declined { .. } => "declined",
-    };
-    format!("{status}: {}", clip(&outcome.to_tool_content()))
+    format!("{}: {}", outcome.status(), clip(&outcome.to_tool_content()))
 }
 
 fn compact(value: &Value) -> String {

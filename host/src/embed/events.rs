@@ -30,6 +30,7 @@ const EVENT_BUFFER: usize = 1024;
 /// `invocation`, `confirmation_pending`, `confirmation_resolved`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HostEvent {
     /// A skill file changed and the registry followed (or refused it).
     Reload(ReloadEvent),
@@ -67,6 +68,7 @@ impl HostEvent {
 
 /// A finished skill invocation.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Invocation {
     /// The run it belonged to.
     pub run: RunId,

@@ -69,6 +69,7 @@ use events::Observers;
 
 /// Why a host could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// A tool could not be registered.
     #[error("registering tools: {0}")]
@@ -543,6 +544,7 @@ impl SkillHost {
 
 /// [`SkillHost::health`]: the body of the gateway's `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct Health {
     /// `ok`, or `degraded` while [`Health::problems`] names something the
     /// host does not serve.

@@ -21,6 +21,7 @@ use crate::tools::ToolRegistry;
 
 /// Why a component could not be loaded as a skill.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),

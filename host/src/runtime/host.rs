@@ -65,6 +65,7 @@ impl ToolDispatch for ToolRegistry {
 
 /// Why a [`ToolDispatch`] gave a call no result.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum DispatchError {
     /// The call failed; the guest is told why.
     Tool(ToolError),
@@ -109,6 +110,7 @@ pub struct RunReport {
 
 /// Why an invocation failed. The host is unaffected in every case.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum InvokeError {
     #[error("skill `{skill}` hit its {limit} limit: {detail}")]
     LimitExceeded {

@@ -49,6 +49,7 @@ impl Default for Limits {
 
 /// Which limit an invocation hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Limit {
     ExecutionTime,
     Memory,

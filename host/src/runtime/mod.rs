@@ -115,6 +115,7 @@ impl Default for RuntimeConfig {
 
 /// Why a [`RuntimeConfig`] makes no runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeConfigError {
     /// With no slot, every invocation would wait forever.
     #[error("max_concurrent_instances must be at least 1")]

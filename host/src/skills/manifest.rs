@@ -91,6 +91,7 @@ pub struct Manifest {
 
 /// Why a manifest was refused. Each variant names the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManifestError {
     #[error(
         "name `{0}` is not a usable function name (an ASCII letter, then letters, digits, `_` or `-`, at most 64 bytes)"

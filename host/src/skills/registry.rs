@@ -56,6 +56,7 @@ use crate::tools::ToolRegistry;
 
 /// A skill as loaded from a file.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct LoadedSkill {
     /// The compiled, checked component.
     pub component: SkillComponent,
@@ -66,9 +67,9 @@ pub struct LoadedSkill {
     pub signer: Option<Fingerprint>,
 }
 
-/// Which check refused a file's content.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// Which check refused a file's content. Serialized as [`FailureKind::name`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FailureKind {
     /// The file could not be read.
     Read,
@@ -88,9 +89,44 @@ pub enum FailureKind {
     NameTaken,
 }
 
+impl FailureKind {
+    /// The kind in snake case, as listings and events show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::TooLarge => "too_large",
+            Self::Signature => "signature",
+            Self::Compile => "compile",
+            Self::Link => "link",
+            Self::Manifest => "manifest",
+            Self::NameTaken => "name_taken",
+        }
+    }
+}
+
+impl Serialize for FailureKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// The check a component failed when it was loaded.
+impl From<&LoadError> for FailureKind {
+    fn from(error: &LoadError) -> Self {
+        match error {
+            LoadError::Compile(_) | LoadError::MemoryLimit { .. } => Self::Compile,
+            LoadError::Link(_) => Self::Link,
+            LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_) => {
+                Self::Manifest
+            }
+        }
+    }
+}
+
 /// A file in the skills directory whose latest content did not load, and
 /// why. The file's previous good version, if any, is still serving.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct LoadFailure {
     /// The file.
     #[serde(serialize_with = "lossy_path")]
@@ -246,13 +282,7 @@ impl FileError {
             Self::Read(_) | Self::NotAFile(_) => FailureKind::Read,
             Self::TooLarge { .. } => FailureKind::TooLarge,
             Self::Signature(_) => FailureKind::Signature,
-            Self::Load(LoadError::Compile(_) | LoadError::MemoryLimit { .. }) => {
-                FailureKind::Compile
-            }
-            Self::Load(LoadError::Link(_)) => FailureKind::Link,
-            Self::Load(
-                LoadError::Describe(_) | LoadError::Manifest(_) | LoadError::EmptyInstructions(_),
-            ) => FailureKind::Manifest,
+            Self::Load(error) => error.into(),
             Self::NameTaken { .. } => FailureKind::NameTaken,
         }
     }
@@ -477,6 +507,7 @@ impl SkillVersion {
 /// What a change to one file did to the registry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ReloadOutcome {
     /// A skill was added or replaced by the file's new content.
     Loaded,
@@ -508,6 +539,7 @@ fn lossy_path<S: serde::Serializer>(path: &Path, serializer: S) -> Result<S::Ok,
 
 /// One change to the registry, for subscribers of [`SkillRegistry::subscribe`].
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ReloadEvent {
     /// The file that changed.
     #[serde(serialize_with = "lossy_path")]
@@ -524,6 +556,7 @@ pub struct ReloadEvent {
 /// Why the skills directory could not be read at all. Problems with single
 /// files are [`LoadFailure`]s in the snapshot instead.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Listing the directory failed.
     #[error("cannot read skills directory {}: {cause}", dir.display())]

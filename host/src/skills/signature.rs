@@ -51,6 +51,7 @@ pub use verify::{Verified, embedded_key_ids};
 
 /// Why a file's signature is not acceptable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignatureError {
     /// The file has no signature section.
     #[error("unsigned: the file has no signature section")]

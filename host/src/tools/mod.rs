@@ -39,6 +39,7 @@ pub struct ToolSpec {
 /// Why a tool call failed. Mirrors the WIT `tool-error-kind`, so the runtime
 /// can hand it to a guest unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     #[error("tool `{tool}` is not permitted here: {reason}")]
     NotPermitted { tool: String, reason: String },

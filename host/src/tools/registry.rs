@@ -48,6 +48,7 @@ pub struct ToolRegistry {
 
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegisterError {
     #[error("a tool named `{0}` is already registered")]
     Duplicate(String),

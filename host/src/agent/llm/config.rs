@@ -22,6 +22,7 @@ pub const HOW_TO_CONFIGURE: &str = "set SKILLHOST_MODEL to the model name (e.g. 
 
 /// Why no usable LLM configuration could be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// No LLM is configured: a required setting is absent. This is a normal
     /// state for a host that runs only deterministic skills; the message says

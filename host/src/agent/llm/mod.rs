@@ -38,6 +38,7 @@ pub use types::{
 
 /// Why an LLM call failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LlmError {
     /// The configuration is missing or unusable (including "no LLM
     /// configured", [`ConfigError::NotConfigured`]).

@@ -46,6 +46,7 @@ pub const NO_STEPS: &str = "this skill has no deterministic steps";
 /// Why building the component failed. None of these depends on the skill's
 /// content except [`EncodeError::TooLarge`]; the others are bugs.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     /// The skill's text is over 4 GiB.
     #[error("the skill does not fit in a 32-bit linear memory")]

@@ -90,6 +90,7 @@ impl fmt::Display for Position {
 
 /// Why a skill file could not be packed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PackError {
     /// The file could not be read (missing, unreadable, not UTF-8).
     #[error("cannot read {}", path.display())]

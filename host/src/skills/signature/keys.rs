@@ -74,6 +74,7 @@ impl InvalidKey {
 
 /// A failure to read, write or assemble keys.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The file system refused.
     #[error("{}: {error}", path.display())]

@@ -8,6 +8,7 @@ use super::{SignatureError, layout};
 
 /// A failure to sign.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignError {
     /// The input is not a well-formed core module or component.
     #[error("cannot sign this file: {0}")]

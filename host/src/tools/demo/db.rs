@@ -34,6 +34,7 @@ pub struct DemoDb {
 
 /// Why the demo database could not be opened or read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DemoDbError {
     /// The cause is in the message, so not also the error's `source()`.
     #[error("cannot open the demo database at {}: {cause}", path.display())]
