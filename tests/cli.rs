@@ -827,6 +827,38 @@ async fn run_of_a_failing_skill_exits_1_and_says_why_in_text_and_in_json() {
 }
 
 #[tokio::test]
+async fn run_reads_its_input_from_a_file_or_standard_input() {
+    let work = Workdir::new();
+    let order = work.path("order.json");
+    std::fs::write(&order, r#"{"orderId": "88231"}"#).unwrap();
+    let from_file = format!("@{}", order.display());
+    let inquire = |input: &str| {
+        work.host_command(&["run", "inquireOrderStatus", "--input", input], &bundled())
+    };
+    let said = "Order 88231 (Bit S10 Pro robot vacuum) is delivered";
+    let (stdout, _) = expect_code(&output(&mut inquire(&from_file)).await, 0);
+    assert!(stdout.contains(said), "{stdout}");
+    let piped = output_with_stdin(&mut inquire("-"), r#"{"orderId": "88231"}"#).await;
+    let (stdout, _) = expect_code(&piped, 0);
+    assert!(stdout.contains(said), "{stdout}");
+
+    // Refused before any skill loads, naming where the text came from.
+    std::fs::write(&order, r#"{"orderId": "88231""#).unwrap();
+    let (stdout, stderr) = expect_code(&output(&mut inquire(&from_file)).await, 2);
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains(&format!("{} is not valid JSON", order.display())),
+        "{stderr}"
+    );
+    let missing = format!("@{}", work.path("absent.json").display());
+    let (_, stderr) = expect_code(&output(&mut inquire(&missing)).await, 2);
+    assert!(
+        stderr.contains("reading ") && stderr.contains("absent.json"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
 async fn run_with_bad_input_names_the_field_and_exits_non_zero() {
     let work = Workdir::new();
     for (input, field) in [

@@ -159,9 +159,11 @@ enum Command {
     Run {
         /// The skill's name, e.g. processRefund.
         skill: String,
-        /// The skill's input as JSON, e.g. '{"orderId":"88231","reason":"broken"}'.
-        #[arg(long, default_value = "{}")]
-        input: String,
+        /// The skill's input as JSON, e.g. '{"orderId":"88231","reason":"broken"}';
+        /// @FILE reads it from a file, - from standard input (then answer
+        /// writes with --yes or --no: stdin is spent).
+        #[arg(long, default_value = "{}", value_parser = skills::skill_input)]
+        input: serde_json::Value,
         /// Print the whole report (result, tool calls, timing) as JSON.
         #[arg(long)]
         json: bool,
@@ -226,7 +228,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 loaded,
                 agent,
                 &skill,
-                &input,
+                input,
                 options,
                 json,
                 &approval.answerer(),

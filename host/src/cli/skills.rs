@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context;
 use serde_json::{Value, json};
 
 use skillhost::agent::{Agent, AgentConfig, AgentEvent, CallOutcome, RunOptions};
@@ -12,6 +11,24 @@ use skillhost::skills::SkillRegistry;
 
 use super::agent::{Answerer, Input, follow};
 use super::trace::Trace;
+
+/// `--input`: the JSON text itself, `@FILE` for a file's, or `-` for
+/// standard input's (none of which is JSON). Parsed before anything loads,
+/// so a typo costs no wait.
+pub fn skill_input(given: &str) -> Result<Value, String> {
+    let (source, text) = if given == "-" {
+        let text = std::io::read_to_string(std::io::stdin())
+            .map_err(|error| format!("reading standard input: {error}"))?;
+        ("standard input".to_owned(), text)
+    } else if let Some(path) = given.strip_prefix('@') {
+        let text =
+            std::fs::read_to_string(path).map_err(|error| format!("reading {path}: {error}"))?;
+        (path.to_owned(), text)
+    } else {
+        ("it".to_owned(), given.to_owned())
+    };
+    serde_json::from_str(&text).map_err(|error| format!("{source} is not valid JSON: {error}"))
+}
 
 /// `skillhost run`: the skill's deterministic steps, as the agent would
 /// run them — with the config file's confirmation policy, each write that
@@ -22,7 +39,7 @@ pub async fn run(
     skills: SkillRegistry,
     agent: AgentConfig,
     name: &str,
-    input: &str,
+    input: Value,
     options: RunOptions,
     json: bool,
     answerer: &Answerer,
@@ -37,7 +54,6 @@ pub async fn run(
              ask the agent instead (`skillhost ask` or `skillhost chat`, with a model configured)"
         );
     }
-    let input: Value = serde_json::from_str(input).context("--input is not valid JSON")?;
     let agent = Agent::builder(Arc::new(skills)).config(agent).build()?;
     let started = Instant::now();
     let handle = agent.start_skill_with(name, input, options)?;
