@@ -370,7 +370,12 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
     // Answering again: the confirmation is gone.
     let (status, again) = served.approve(&confirmation).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    error_of(&again, "confirmation_not_found");
+    let error = error_of(&again, "confirmation_not_found");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("already answered") && message.contains("a restart of the host"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

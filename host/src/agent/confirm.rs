@@ -67,7 +67,10 @@ pub struct PendingConfirmation {
 #[non_exhaustive]
 pub enum ConfirmError {
     /// No confirmation with this id is waiting.
-    #[error("no pending confirmation `{0}`: it is unknown, already answered or expired")]
+    #[error(
+        "no pending confirmation `{0}`: it is unknown, already answered, expired, or withdrawn \
+         when its run ended (a restart of the host ends every run)"
+    )]
     NotPending(String),
     /// The confirmation needs an approver other than the principal its run
     /// acts for, and this approval was on behalf of that principal (or of
