@@ -164,6 +164,19 @@ impl Served {
         read(self.http.get(self.url(path)).send().await.expect("GET")).await
     }
 
+    /// `GET path` with the bearer `key`.
+    async fn get_as(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        read(
+            self.http
+                .get(self.url(path))
+                .bearer_auth(key)
+                .send()
+                .await
+                .expect("GET"),
+        )
+        .await
+    }
+
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         read(
             self.http
@@ -581,10 +594,43 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
     assert_eq!(served.host.confirmations().pending().len(), 1);
     assert!(served.db.refunds_for("88231").unwrap().is_empty());
 
+    // The requester can see it wait, and then how it ended.
+    let (status, waiting) = served.get_as("k-desk", answer).await;
+    assert_eq!(status, StatusCode::OK, "{waiting:#}");
+    assert_eq!(waiting["status"], "pending");
+    assert_eq!(waiting["confirmation"], pending["confirmation"]);
+
     // The admin key is another key: it may approve.
     let (status, done) = post(answer, "k-admin", json!({"decision": "approve"})).await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    let (status, resolved) = served.get_as("k-desk", answer).await;
+    assert_eq!(status, StatusCode::OK, "{resolved:#}");
+    assert_eq!(resolved["status"], "resolved");
+    assert_eq!(
+        resolved["resolution"],
+        json!({"decision": "approved", "by": "admin"})
+    );
+    assert_eq!(
+        resolved["confirmation"]["id"],
+        pending["confirmation"]["id"]
+    );
+    assert!(resolved["resolved_at"].as_str().unwrap().ends_with(" GMT"));
+    // Looking needs a key, as answering does.
+    let (status, _) = served.get(answer).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, unknown) = served
+        .get_as("k-desk", "/v1/confirmations/cf_unknown")
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let message = error_of(&unknown, "confirmation_not_found")["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .unwrap()
+            .contains("no confirmation `cf_unknown` is known"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -18,7 +18,7 @@
 //! and counts as a rejection. A run that is dropped withdraws its
 //! confirmations.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -61,6 +61,37 @@ pub struct PendingConfirmation {
     #[serde(serialize_with = "http_date")]
     pub expires_at: SystemTime,
 }
+
+/// A confirmation that no longer waits, and how it ended
+/// ([`Confirmations::status`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct ResolvedConfirmation {
+    /// The confirmation as it was shown.
+    pub confirmation: PendingConfirmation,
+    /// Approved, rejected, expired or withdrawn, and by whom.
+    pub resolution: Resolution,
+    /// When it stopped waiting (an HTTP date when serialized).
+    #[serde(serialize_with = "http_date")]
+    pub resolved_at: SystemTime,
+}
+
+/// Where a confirmation is ([`Confirmations::status`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ConfirmationStatus {
+    /// It waits for an answer.
+    Pending(PendingConfirmation),
+    /// It stopped waiting, lately.
+    Resolved(ResolvedConfirmation),
+}
+
+/// How many resolved confirmations [`Confirmations::status`] remembers,
+/// and for how long: enough for a requester to look up the outcome (a
+/// separate approver answered it elsewhere), bounded whatever the traffic.
+pub const RESOLUTIONS_KEPT: usize = 1024;
+/// See [`RESOLUTIONS_KEPT`].
+pub const RESOLUTIONS_KEPT_FOR: Duration = Duration::from_secs(3600);
 
 /// Why an answer was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,6 +142,18 @@ enum Answer {
     },
 }
 
+impl Answer {
+    fn resolution(&self) -> Resolution {
+        match self {
+            Self::Approve { by } => Resolution::Approved { by: by.clone() },
+            Self::Reject { reason, by } => Resolution::Declined(Declined::Rejected {
+                reason: reason.clone(),
+                by: by.clone(),
+            }),
+        }
+    }
+}
+
 struct Slot {
     pending: PendingConfirmation,
     answer: oneshot::Sender<Answer>,
@@ -127,6 +170,9 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Confirmations {
     slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
+    /// The latest to stop waiting, oldest first; locked after `slots`
+    /// whenever both are.
+    resolved: Arc<Mutex<VecDeque<ResolvedConfirmation>>>,
     /// The runs these confirmations belong to, and which of them wait.
     activity: Activity,
 }
@@ -188,9 +234,13 @@ impl Confirmations {
         // Sent before the lock is let go: an expiry that finds the slot
         // gone then always finds the answer (see `Ticket::resolution`), so
         // an answer reported accepted is the one the call gets.
+        let resolution = answer.resolution();
         let sent = to.send(answer);
         if sent.is_ok() {
             answered.send_replace(true);
+            self.record(pending.clone(), resolution);
+        } else {
+            self.record(pending.clone(), Resolution::Withdrawn);
         }
         drop(slots);
         // A closed receiver means the run is gone: nothing was approved.
@@ -215,6 +265,24 @@ impl Confirmations {
             }
             answered => answered,
         }
+    }
+
+    /// Where the confirmation `id` is: waiting, or how it ended when that
+    /// was lately (among the last [`RESOLUTIONS_KEPT`], within
+    /// [`RESOLUTIONS_KEPT_FOR`]). `None`: unknown, or resolved long ago.
+    pub fn status(&self, id: &str) -> Option<ConfirmationStatus> {
+        let slots = self.lock();
+        if let Some(slot) = slots.get(id) {
+            return Some(ConfirmationStatus::Pending(slot.pending.clone()));
+        }
+        let cutoff = SystemTime::now().checked_sub(RESOLUTIONS_KEPT_FOR);
+        self.lock_resolved()
+            .iter()
+            .rev()
+            .take_while(|resolved| cutoff.is_none_or(|cutoff| resolved.resolved_at >= cutoff))
+            .find(|resolved| resolved.confirmation.id.as_str() == id)
+            .cloned()
+            .map(ConfirmationStatus::Resolved)
     }
 
     /// The confirmation `id`, if it is waiting.
@@ -293,6 +361,25 @@ impl Confirmations {
         // cannot leave it half-updated.
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    fn lock_resolved(&self) -> MutexGuard<'_, VecDeque<ResolvedConfirmation>> {
+        self.resolved.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Remembers how `confirmation` ended, for [`Self::status`]. Called as
+    /// its slot is removed, with `slots` still locked, so that a lookup
+    /// finds it either waiting or resolved.
+    fn record(&self, confirmation: PendingConfirmation, resolution: Resolution) {
+        let mut resolved = self.lock_resolved();
+        if resolved.len() == RESOLUTIONS_KEPT {
+            resolved.pop_front();
+        }
+        resolved.push_back(ResolvedConfirmation {
+            confirmation,
+            resolution,
+            resolved_at: SystemTime::now(),
+        });
+    }
 }
 
 /// Tells when one confirmation stops waiting ([`Confirmations::watch`]).
@@ -329,10 +416,18 @@ impl Ticket {
         let answer = match tokio::time::timeout(self.expiry, &mut self.receiver).await {
             Ok(answer) => answer.ok(),
             // Withdraw it; an answer that arrived in the meantime still counts.
-            Err(_elapsed) => match self.store.lock().remove(&self.pending.id) {
-                Some(_) => None,
-                None => self.receiver.try_recv().ok(),
-            },
+            Err(_elapsed) => {
+                let mut slots = self.store.lock();
+                match slots.remove(&self.pending.id) {
+                    Some(_) => {
+                        let expired = Declined::Expired { after: self.expiry };
+                        self.store
+                            .record(self.pending.clone(), Resolution::Declined(expired));
+                        None
+                    }
+                    None => self.receiver.try_recv().ok(),
+                }
+            }
         };
         match answer {
             Some(Answer::Approve { by }) => Resolution::Approved { by },
@@ -347,7 +442,11 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.store.lock().remove(&self.pending.id);
+        let mut slots = self.store.lock();
+        if slots.remove(&self.pending.id).is_some() {
+            self.store
+                .record(self.pending.clone(), Resolution::Withdrawn);
+        }
     }
 }
 
@@ -485,6 +584,85 @@ mod tests {
         assert_eq!(
             store.approve(id.as_str()),
             Err(ConfirmError::NotPending(id.to_string()))
+        );
+    }
+
+    fn resolution_of(store: &Confirmations, id: &str) -> Resolution {
+        match store.status(id) {
+            Some(ConfirmationStatus::Resolved(resolved)) => {
+                assert_eq!(resolved.confirmation.id.as_str(), id);
+                resolved.resolution
+            }
+            other => panic!("{id} is not resolved: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_status_tells_how_a_confirmation_ended_however_it_did() {
+        let store = Confirmations::default();
+        assert_eq!(store.status("cf_unknown"), None);
+
+        let ticket = open(&store, Duration::from_secs(60));
+        let id = ticket.pending().id.to_string();
+        assert!(matches!(
+            store.status(&id),
+            Some(ConfirmationStatus::Pending(_))
+        ));
+        store
+            .answer(&id, Decision::Approve, Some("supervisor".into()))
+            .unwrap();
+        // Known as resolved from the moment the answer is accepted, before
+        // the run has taken it.
+        let approved = Resolution::Approved {
+            by: Some("supervisor".into()),
+        };
+        assert_eq!(resolution_of(&store, &id), approved);
+        assert_eq!(ticket.resolution().await, approved);
+        assert_eq!(resolution_of(&store, &id), approved);
+
+        let ticket = open(&store, Duration::from_secs(60));
+        let id = ticket.pending().id.to_string();
+        store.reject(&id, Some("wrong order".into())).unwrap();
+        assert_eq!(
+            resolution_of(&store, &id),
+            Resolution::Declined(Declined::Rejected {
+                reason: Some("wrong order".into()),
+                by: None
+            })
+        );
+
+        let ticket = open(&store, Duration::from_millis(10));
+        let id = ticket.pending().id.to_string();
+        ticket.resolution().await;
+        assert_eq!(
+            resolution_of(&store, &id),
+            Resolution::Declined(Declined::Expired {
+                after: Duration::from_millis(10)
+            })
+        );
+
+        let ticket = open(&store, Duration::from_secs(60));
+        let id = ticket.pending().id.to_string();
+        drop(ticket);
+        assert_eq!(resolution_of(&store, &id), Resolution::Withdrawn);
+    }
+
+    #[test]
+    fn only_the_latest_resolutions_are_remembered() {
+        let store = Confirmations::default();
+        let ids: Vec<String> = (0..=RESOLUTIONS_KEPT)
+            .map(|_| {
+                open(&store, Duration::from_secs(60))
+                    .pending()
+                    .id
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(store.status(&ids[0]), None, "the oldest is forgotten");
+        assert_eq!(resolution_of(&store, &ids[1]), Resolution::Withdrawn);
+        assert_eq!(
+            resolution_of(&store, &ids[RESOLUTIONS_KEPT]),
+            Resolution::Withdrawn
         );
     }
 

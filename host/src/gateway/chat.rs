@@ -1,4 +1,4 @@
-//! `POST /v1/chat/completions` and `POST /v1/confirmations/{id}`.
+//! `POST /v1/chat/completions`, and `POST` and `GET /v1/confirmations/{id}`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +18,10 @@ use super::openai::{self, ChatCompletionRequest, CompletionMeta, Status, StreamO
 use super::runs::{ChatRun, OwnedRun, Parked, Progress, park};
 use super::skills::finish_invocation;
 use super::{AppState, Mount, Principal, RunStart};
-use crate::agent::{self, AgentEvent, Caller, ConfirmError, PendingConfirmation, RunOutput};
+use crate::agent::{
+    self, AgentEvent, Caller, ConfirmError, ConfirmationStatus, PendingConfirmation,
+    RESOLUTIONS_KEPT, RESOLUTIONS_KEPT_FOR, RunOutput,
+};
 
 /// OpenAI chat completions with the agent behind them: one run over the
 /// request's messages, answered as one completion, or as SSE chunks with
@@ -144,6 +147,37 @@ fn refused_answer(error: &ConfirmError) -> ApiError {
             "separate_approver_required",
             error.to_string(),
         ),
+    }
+}
+
+/// `GET /v1/confirmations/{id}`: where a confirmation is. `pending`, with
+/// what waits and how to answer it; or `resolved`, with the decision, who
+/// gave it and when: how a requester learns the outcome of a write that a
+/// separate approver answered. Resolutions are remembered for an hour, the
+/// latest 1024 of them.
+pub async fn confirmation_status(
+    State(state): State<Arc<AppState>>,
+    ApiPath(id): ApiPath<String>,
+    mount: Mount,
+) -> Result<Json<Value>, ApiError> {
+    match state.host.confirmations().status(&id) {
+        Some(ConfirmationStatus::Pending(pending)) => Ok(Json(json!({
+            "status": "pending",
+            "confirmation": openai::confirmation_json(&pending, &answer_path(&mount, &pending)),
+        }))),
+        Some(ConfirmationStatus::Resolved(resolved)) => {
+            let mut body = serde_json::to_value(&resolved).expect("a resolution serializes");
+            body["status"] = "resolved".into();
+            Ok(Json(body))
+        }
+        None => Err(ApiError::not_found(
+            "confirmation_not_found",
+            format!(
+                "no confirmation `{id}` is known: it never was, or it was resolved more than {} \
+                 minutes or {RESOLUTIONS_KEPT} resolutions ago, or before the host restarted",
+                RESOLUTIONS_KEPT_FOR.as_secs() / 60
+            ),
+        )),
     }
 }
 
