@@ -92,6 +92,33 @@ pub enum ConfirmationStatus {
 pub const RESOLUTIONS_KEPT: usize = 1024;
 /// See [`RESOLUTIONS_KEPT`].
 pub const RESOLUTIONS_KEPT_FOR: Duration = Duration::from_secs(3600);
+/// The most argument bytes the remembered resolutions hold together (a
+/// model's arguments can be megabytes): older ones go first, the latest
+/// always stays.
+pub const RESOLUTIONS_KEPT_BYTES: usize = 16 << 20;
+
+/// The latest resolutions, oldest first, with their arguments' size.
+#[derive(Default)]
+struct Resolved {
+    entries: VecDeque<(usize, ResolvedConfirmation)>,
+    argument_bytes: usize,
+}
+
+impl Resolved {
+    fn push(&mut self, resolved: ResolvedConfirmation) {
+        let bytes = resolved.confirmation.arguments.to_string().len();
+        while self.entries.len() >= RESOLUTIONS_KEPT
+            || (!self.entries.is_empty() && self.argument_bytes + bytes > RESOLUTIONS_KEPT_BYTES)
+        {
+            let Some((gone, _)) = self.entries.pop_front() else {
+                break;
+            };
+            self.argument_bytes -= gone;
+        }
+        self.argument_bytes += bytes;
+        self.entries.push_back((bytes, resolved));
+    }
+}
 
 /// Why an answer was not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -170,9 +197,8 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Confirmations {
     slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
-    /// The latest to stop waiting, oldest first; locked after `slots`
-    /// whenever both are.
-    resolved: Arc<Mutex<VecDeque<ResolvedConfirmation>>>,
+    /// The latest to stop waiting; locked after `slots` whenever both are.
+    resolved: Arc<Mutex<Resolved>>,
     /// The runs these confirmations belong to, and which of them wait.
     activity: Activity,
 }
@@ -269,7 +295,8 @@ impl Confirmations {
 
     /// Where the confirmation `id` is: waiting, or how it ended when that
     /// was lately (among the last [`RESOLUTIONS_KEPT`], within
-    /// [`RESOLUTIONS_KEPT_FOR`]). `None`: unknown, or resolved long ago.
+    /// [`RESOLUTIONS_KEPT_FOR`] and [`RESOLUTIONS_KEPT_BYTES`]). `None`:
+    /// unknown, or resolved long ago.
     pub fn status(&self, id: &str) -> Option<ConfirmationStatus> {
         let slots = self.lock();
         if let Some(slot) = slots.get(id) {
@@ -277,8 +304,10 @@ impl Confirmations {
         }
         let cutoff = SystemTime::now().checked_sub(RESOLUTIONS_KEPT_FOR);
         self.lock_resolved()
+            .entries
             .iter()
             .rev()
+            .map(|(_, resolved)| resolved)
             .take_while(|resolved| cutoff.is_none_or(|cutoff| resolved.resolved_at >= cutoff))
             .find(|resolved| resolved.confirmation.id.as_str() == id)
             .cloned()
@@ -362,7 +391,7 @@ impl Confirmations {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn lock_resolved(&self) -> MutexGuard<'_, VecDeque<ResolvedConfirmation>> {
+    fn lock_resolved(&self) -> MutexGuard<'_, Resolved> {
         self.resolved.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -370,11 +399,7 @@ impl Confirmations {
     /// its slot is removed, with `slots` still locked, so that a lookup
     /// finds it either waiting or resolved.
     fn record(&self, confirmation: PendingConfirmation, resolution: Resolution) {
-        let mut resolved = self.lock_resolved();
-        if resolved.len() == RESOLUTIONS_KEPT {
-            resolved.pop_front();
-        }
-        resolved.push_back(ResolvedConfirmation {
+        self.lock_resolved().push(ResolvedConfirmation {
             confirmation,
             resolution,
             resolved_at: SystemTime::now(),
@@ -645,6 +670,29 @@ mod tests {
         let id = ticket.pending().id.to_string();
         drop(ticket);
         assert_eq!(resolution_of(&store, &id), Resolution::Withdrawn);
+    }
+
+    #[test]
+    fn large_arguments_make_room_by_pushing_older_resolutions_out() {
+        let store = Confirmations::default();
+        let large = |store: &Confirmations| {
+            // Four fit: their JSON is a few bytes more than the note.
+            let arguments = json!({"note": "x".repeat(RESOLUTIONS_KEPT_BYTES / 4 - 64)});
+            let ticket = store.open(
+                RunId::random(),
+                None,
+                Caller::Main,
+                "submit_ticket",
+                arguments,
+                &ConfirmationPolicy::default(),
+            );
+            ticket.pending().id.to_string()
+        };
+        let ids: Vec<String> = (0..5).map(|_| large(&store)).collect();
+        assert_eq!(store.status(&ids[0]), None, "pushed out by the bytes kept");
+        for id in &ids[1..] {
+            assert_eq!(resolution_of(&store, id), Resolution::Withdrawn);
+        }
     }
 
     #[test]

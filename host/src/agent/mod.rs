@@ -74,7 +74,8 @@ pub mod tokens;
 pub use config::{AgentConfig, ConfirmationPolicy, DEFAULT_SYSTEM_PROMPT, UnknownPolicyTool};
 pub use confirm::{
     ConfirmError, ConfirmationId, ConfirmationStatus, ConfirmationWatch, Confirmations, Decision,
-    MAX_EXPIRY, PendingConfirmation, RESOLUTIONS_KEPT, RESOLUTIONS_KEPT_FOR, ResolvedConfirmation,
+    MAX_EXPIRY, PendingConfirmation, RESOLUTIONS_KEPT, RESOLUTIONS_KEPT_BYTES,
+    RESOLUTIONS_KEPT_FOR, ResolvedConfirmation,
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;

@@ -154,7 +154,7 @@ fn refused_answer(error: &ConfirmError) -> ApiError {
 /// what waits and how to answer it; or `resolved`, with the decision, who
 /// gave it and when: how a requester learns the outcome of a write that a
 /// separate approver answered. Resolutions are remembered for an hour, the
-/// latest 1024 of them.
+/// latest 1024 of them and 16 MiB of their arguments.
 pub async fn confirmation_status(
     State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<String>,
@@ -174,7 +174,8 @@ pub async fn confirmation_status(
             "confirmation_not_found",
             format!(
                 "no confirmation `{id}` is known: it never was, or it was resolved more than {} \
-                 minutes or {RESOLUTIONS_KEPT} resolutions ago, or before the host restarted",
+                 minutes or {RESOLUTIONS_KEPT} resolutions ago (fewer when their arguments are \
+                 large), or before the host restarted",
                 RESOLUTIONS_KEPT_FOR.as_secs() / 60
             ),
         )),

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
 //! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
-//! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?) and `resolved_at`, for an hour after (the latest 1024): how a requester learns what a separate approver decided |
+//! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?) and `resolved_at`, for an hour after (the latest 1024, 16 MiB of arguments): how a requester learns what a separate approver decided |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
 //! | `GET /v1/models/{id}` | API | that model, or a 404 `model_not_found` naming the one served |
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
