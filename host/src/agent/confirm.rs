@@ -105,8 +105,7 @@ struct Resolved {
 }
 
 impl Resolved {
-    fn push(&mut self, resolved: ResolvedConfirmation) {
-        let bytes = resolved.confirmation.arguments.to_string().len();
+    fn push(&mut self, resolved: ResolvedConfirmation, bytes: usize) {
         while self.entries.len() >= RESOLUTIONS_KEPT
             || (!self.entries.is_empty() && self.argument_bytes + bytes > RESOLUTIONS_KEPT_BYTES)
         {
@@ -183,6 +182,8 @@ impl Answer {
 
 struct Slot {
     pending: PendingConfirmation,
+    /// The size of its arguments as JSON, measured before it was stored.
+    argument_bytes: usize,
     answer: oneshot::Sender<Answer>,
     /// Set when an answer removes the slot; dropped with it however it
     /// goes (see [`ConfirmationWatch`]).
@@ -251,6 +252,7 @@ impl Confirmations {
         }
         let Slot {
             pending,
+            argument_bytes,
             answer: to,
             answered,
             ..
@@ -264,9 +266,9 @@ impl Confirmations {
         let sent = to.send(answer);
         if sent.is_ok() {
             answered.send_replace(true);
-            self.record(pending.clone(), resolution);
+            self.record(pending.clone(), argument_bytes, resolution);
         } else {
-            self.record(pending.clone(), Resolution::Withdrawn);
+            self.record(pending.clone(), argument_bytes, Resolution::Withdrawn);
         }
         drop(slots);
         // A closed receiver means the run is gone: nothing was approved.
@@ -363,10 +365,12 @@ impl Confirmations {
             expires_at: SystemTime::now() + expiry,
         };
         let (answer, receiver) = oneshot::channel();
+        let argument_bytes = pending.arguments.to_string().len();
         self.lock().insert(
             id.clone(),
             Slot {
                 pending: pending.clone(),
+                argument_bytes,
                 answer,
                 answered: watch::Sender::new(false),
                 _waiting: self.activity.waiting(),
@@ -398,12 +402,18 @@ impl Confirmations {
     /// Remembers how `confirmation` ended, for [`Self::status`]. Called as
     /// its slot is removed, with `slots` still locked, so that a lookup
     /// finds it either waiting or resolved.
-    fn record(&self, confirmation: PendingConfirmation, resolution: Resolution) {
-        self.lock_resolved().push(ResolvedConfirmation {
+    fn record(
+        &self,
+        confirmation: PendingConfirmation,
+        argument_bytes: usize,
+        resolution: Resolution,
+    ) {
+        let resolved = ResolvedConfirmation {
             confirmation,
             resolution,
             resolved_at: SystemTime::now(),
-        });
+        };
+        self.lock_resolved().push(resolved, argument_bytes);
     }
 }
 
@@ -444,10 +454,13 @@ impl Ticket {
             Err(_elapsed) => {
                 let mut slots = self.store.lock();
                 match slots.remove(&self.pending.id) {
-                    Some(_) => {
+                    Some(slot) => {
                         let expired = Declined::Expired { after: self.expiry };
-                        self.store
-                            .record(self.pending.clone(), Resolution::Declined(expired));
+                        self.store.record(
+                            slot.pending,
+                            slot.argument_bytes,
+                            Resolution::Declined(expired),
+                        );
                         None
                     }
                     None => self.receiver.try_recv().ok(),
@@ -468,9 +481,9 @@ impl Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let mut slots = self.store.lock();
-        if slots.remove(&self.pending.id).is_some() {
+        if let Some(slot) = slots.remove(&self.pending.id) {
             self.store
-                .record(self.pending.clone(), Resolution::Withdrawn);
+                .record(slot.pending, slot.argument_bytes, Resolution::Withdrawn);
         }
     }
 }
