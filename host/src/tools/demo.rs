@@ -573,6 +573,12 @@ mod tests {
         let events = logistics["events"].as_array().unwrap();
         assert_eq!(events.len(), 5);
         assert_eq!(events[4]["time"], "2026-06-22 14:32:00");
+        // As a person types it: found, and answered as the carrier writes it.
+        let typed = registry
+            .call("queryLogistics", json!({"trackingNo": "sf1234567890"}))
+            .await
+            .unwrap();
+        assert_eq!(typed, logistics);
         let message = rejection(
             registry
                 .call("query_logistics", json!({"tracking_no": "SF0000000000"}))

@@ -540,7 +540,10 @@ fn ranked<T>(candidates: Vec<T>, score: impl Fn(&T) -> usize) -> Vec<T> {
     scored.into_iter().map(|(_, candidate)| candidate).collect()
 }
 
-const LOGISTICS: &str = "SELECT carrier, status, signed_by FROM logistics WHERE tracking_no = ?1";
+// A tracking number as a person or a model types it: `sf1234567890` finds
+// `SF1234567890`, which the answer and the events then use.
+const LOGISTICS: &str = "SELECT tracking_no, carrier, status, signed_by FROM logistics
+    WHERE tracking_no = ?1 COLLATE NOCASE";
 const LOGISTICS_EVENTS: &str =
     "SELECT time, description FROM logistics_events WHERE tracking_no = ?1 ORDER BY time";
 
@@ -607,9 +610,9 @@ impl DemoDb {
     /// A shipment: carrier, status, who signed for it, and its events.
     pub(super) fn query_logistics(&self, tracking_no: &str) -> Result<Value, OpError> {
         let conn = self.lock();
-        let (carrier, status, signed_by): (String, String, Option<String>) = conn
-            .query_row_cached(LOGISTICS, params![tracking_no], |row| {
-                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        let (tracking_no, carrier, status, signed_by): (String, String, String, Option<String>) =
+            conn.query_row_cached(LOGISTICS, params![tracking_no], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
             })
             .optional()?
             .ok_or_else(|| OpError::Rejected(format!("tracking number {tracking_no} not found")))?;
