@@ -38,7 +38,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 pub use prometheus_client::registry::Registry;
 
 use crate::agent::llm::Usage;
-use crate::agent::{CallOutcome, Caller, Confirmations, Declined, Resolution};
+use crate::agent::{CallOutcome, Caller, Confirmations, Resolution};
 use crate::runtime::Runtime;
 use crate::skills::{ReloadEvent, ReloadOutcome, SkillName};
 
@@ -414,12 +414,7 @@ impl HostMetrics {
     }
 
     pub(super) fn confirmation_resolved(&self, resolution: &Resolution) {
-        self.confirmation(match resolution {
-            Resolution::Approved { .. } => "approved",
-            Resolution::Declined(Declined::Rejected { .. }) => "rejected",
-            Resolution::Declined(Declined::Expired { .. }) => "expired",
-            Resolution::Withdrawn => "withdrawn",
-        });
+        self.confirmation(resolution.decision());
     }
 
     fn confirmation(&self, resolution: &'static str) {
