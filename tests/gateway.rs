@@ -442,6 +442,92 @@ async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_the
     assert_eq!(done["id"], pending["id"], "the same chat's completion");
     assert_eq!(done["choices"][0]["message"]["content"], DONE);
     assert_eq!(llm.remaining(), 0);
+    // The run that waited twice is on record with its answer.
+    let run = pending["skillhost"]["run"].as_str().unwrap();
+    let (status, ended) = served.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(status, StatusCode::OK, "{ended:#}");
+    assert_eq!(ended["status"], "done");
+    assert_eq!(ended["answer"], DONE);
+    assert_eq!(ended["finish_reason"], "stop");
+}
+
+/// A parked run whose confirmation expires is aborted, and on record as
+/// such: nothing was written, and the requester learns why.
+#[tokio::test]
+async fn a_parked_run_whose_confirmation_expires_is_on_record_as_aborted() {
+    let mut agent = AgentConfig::default();
+    agent.confirmation.expiry = Duration::from_millis(200);
+    let served = Served::start(Setup {
+        agent,
+        ..Setup::default()
+    })
+    .await;
+    let (status, accepted) = served
+        .invoke(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
+    let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+    let failed = wait_for(&served, &run_path, |run| run["status"] == "failed").await;
+    let error = error_of(&failed, "run_aborted");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("confirmation expired while it waited"),
+        "{error:#}"
+    );
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+}
+
+/// A run resumed where the requester cannot see it — by the embedder's
+/// code, the parking driving it on — is on record: the requester looks up
+/// its result by the run's id.
+#[tokio::test]
+async fn a_requester_looks_up_the_result_of_a_run_resumed_elsewhere() {
+    let served = Served::start(Setup::default()).await;
+    let (status, accepted) = served
+        .invoke(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
+    let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+    let (status, waiting) = served.get(&run_path).await;
+    assert_eq!(status, StatusCode::OK, "{waiting:#}");
+    assert_eq!(waiting["object"], "run");
+    assert_eq!(waiting["id"], accepted["run"]);
+    assert_eq!(waiting["status"], "pending_confirmation");
+    assert_eq!(waiting["confirmation"], accepted["confirmation"]);
+
+    let id = accepted["confirmation"]["id"].as_str().unwrap();
+    served
+        .host
+        .approve(id)
+        .expect("approved through the library");
+    let done = wait_for(&served, &run_path, |run| run["status"] == "done").await;
+    let refund_id = served.db.refunds_for("88231").unwrap()[0].refund_id.clone();
+    assert_eq!(done["result"]["refunded"], true);
+    assert_eq!(done["result"]["refundId"], refund_id);
+    assert!(done["updated_at"].as_str().unwrap().ends_with(" GMT"));
+
+    // A run that never waited answered its own request, and is not kept.
+    let (status, answered) = served
+        .invoke("inquireOrderStatus", json!({"orderId": "88231"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{answered:#}");
+    let (status, unknown) = served
+        .get(&format!("/v1/runs/{}", answered["run"].as_str().unwrap()))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{unknown:#}");
+    let message = error_of(&unknown, "run_not_found")["message"].clone();
+    assert!(
+        message.as_str().unwrap().contains("only runs that waited"),
+        "{message}"
+    );
 }
 
 /// A refund of 88231 started through the host handle, as an embedder's
@@ -616,6 +702,14 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
         pending["confirmation"]["id"]
     );
     assert!(resolved["resolved_at"].as_str().unwrap().ends_with(" GMT"));
+    // And what the run did once approved: the refund's id.
+    let run = format!("/v1/runs/{}", pending["run"].as_str().unwrap());
+    let (status, ended) = served.get_as("k-desk", &run).await;
+    assert_eq!(status, StatusCode::OK, "{ended:#}");
+    assert_eq!(
+        (&ended["status"], &ended["result"]),
+        (&json!("done"), &done["result"])
+    );
     // Looking needs a key, as answering does.
     let (status, _) = served.get(answer).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);

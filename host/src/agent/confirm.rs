@@ -18,7 +18,7 @@
 //! and counts as a rejection. A run that is dropped withdraws its
 //! confirmations.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -31,6 +31,7 @@ use super::activity::{Activity, Waiting};
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
 use super::ids::RunId;
+use crate::recent::{KeptFor, Recent};
 use crate::text::clip;
 
 /// A call waiting for a person's approval.
@@ -97,25 +98,17 @@ pub const RESOLUTIONS_KEPT_FOR: Duration = Duration::from_secs(3600);
 /// always stays.
 pub const RESOLUTIONS_KEPT_BYTES: usize = 16 << 20;
 
-/// The latest resolutions, oldest first, with their arguments' size.
-#[derive(Default)]
-struct Resolved {
-    entries: VecDeque<(usize, ResolvedConfirmation)>,
-    argument_bytes: usize,
-}
+/// The latest resolutions, within [`RESOLUTIONS_KEPT`] and the rest, each
+/// sized by its arguments.
+struct Resolved(Recent<ResolvedConfirmation>);
 
-impl Resolved {
-    fn push(&mut self, resolved: ResolvedConfirmation, bytes: usize) {
-        while self.entries.len() >= RESOLUTIONS_KEPT
-            || (!self.entries.is_empty() && self.argument_bytes + bytes > RESOLUTIONS_KEPT_BYTES)
-        {
-            let Some((gone, _)) = self.entries.pop_front() else {
-                break;
-            };
-            self.argument_bytes -= gone;
-        }
-        self.argument_bytes += bytes;
-        self.entries.push_back((bytes, resolved));
+impl Default for Resolved {
+    fn default() -> Self {
+        Self(Recent::new(KeptFor {
+            count: RESOLUTIONS_KEPT,
+            age: RESOLUTIONS_KEPT_FOR,
+            bytes: RESOLUTIONS_KEPT_BYTES,
+        }))
     }
 }
 
@@ -304,15 +297,10 @@ impl Confirmations {
         if let Some(slot) = slots.get(id) {
             return Some(ConfirmationStatus::Pending(slot.pending.clone()));
         }
-        let cutoff = SystemTime::now().checked_sub(RESOLUTIONS_KEPT_FOR);
         self.lock_resolved()
-            .entries
-            .iter()
-            .rev()
-            .map(|(_, resolved)| resolved)
-            .take_while(|resolved| cutoff.is_none_or(|cutoff| resolved.resolved_at >= cutoff))
-            .find(|resolved| resolved.confirmation.id.as_str() == id)
-            .cloned()
+            .0
+            .latest(|resolved| resolved.confirmation.id.as_str() == id)
+            .map(|(resolved, _)| resolved.clone())
             .map(ConfirmationStatus::Resolved)
     }
 
@@ -408,12 +396,15 @@ impl Confirmations {
         argument_bytes: usize,
         resolution: Resolution,
     ) {
+        let resolved_at = SystemTime::now();
         let resolved = ResolvedConfirmation {
             confirmation,
             resolution,
-            resolved_at: SystemTime::now(),
+            resolved_at,
         };
-        self.lock_resolved().push(resolved, argument_bytes);
+        self.lock_resolved()
+            .0
+            .push(resolved, resolved_at, argument_bytes);
     }
 }
 

@@ -160,6 +160,12 @@ impl IntoResponse for ApiError {
 
 impl From<AgentError> for ApiError {
     fn from(error: AgentError) -> Self {
+        Self::from(&error)
+    }
+}
+
+impl From<&AgentError> for ApiError {
+    fn from(error: &AgentError) -> Self {
         let message = error.to_string();
         match error {
             AgentError::NotConfigured => Self::new(
@@ -179,7 +185,7 @@ impl From<AgentError> for ApiError {
                     },
                 ..
             } => Self::bad_request("llm_refused_conversation", message),
-            AgentError::Llm { cause, .. } => Self::upstream(&cause, message),
+            AgentError::Llm { cause, .. } => Self::upstream(cause, message),
             AgentError::RoundLimit { .. } => Self::new(
                 StatusCode::BAD_GATEWAY,
                 ErrorType::UpstreamError,
@@ -199,7 +205,7 @@ impl From<AgentError> for ApiError {
             AgentError::InvalidInput(InvokeError::InvalidInput {
                 message: detail, ..
             }) => Self::bad_request("invalid_input", message)
-                .with_param(field_of(&detail).unwrap_or_default()),
+                .with_param(field_of(detail).unwrap_or_default()),
             AgentError::InvalidInput(_) => Self::bad_request("invalid_input", message),
             AgentError::Aborted(_) => Self::new(
                 StatusCode::INTERNAL_SERVER_ERROR,

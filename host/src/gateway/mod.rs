@@ -11,6 +11,7 @@
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
 //! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
 //! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?) and `resolved_at`, for an hour after (the latest 1024, 16 MiB of arguments): how a requester learns what a separate approver decided |
+//! | `GET /v1/runs/{id}` | API | a run that waited for a person: `pending_confirmation`, `running`, `done` with its `result` (invocation) or `answer` (chat), or `failed` with `error`; for an hour after its last change (the latest 4096 states, 32 MiB): what a run did after someone else resumed it |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
 //! | `GET /v1/models/{id}` | API | that model, or a 404 `model_not_found` naming the one served |
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
@@ -121,6 +122,7 @@ mod chat;
 mod cors;
 pub mod errors;
 mod keys;
+mod ledger;
 mod openai;
 mod ops;
 mod runs;
@@ -150,6 +152,7 @@ pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 pub use keys::{ApiKey, Principal};
 use keys::{Keys, require_admin_key, require_api_key};
+use ledger::RunLedger;
 use runs::{Parking, ParkingLimits};
 
 /// Largest request body accepted. Default: 1 MiB — a chat request with a
@@ -305,6 +308,8 @@ struct AppState {
     /// Replaced whole by [`Gateway::set_api_keys`].
     keys: RwLock<Arc<Keys>>,
     parking: Arc<Parking>,
+    /// What became of the runs that waited (`GET /v1/runs/{id}`).
+    ledger: Arc<RunLedger>,
     /// Set when the gateway shuts down: event streams end.
     closing: watch::Sender<bool>,
 }
@@ -325,6 +330,7 @@ impl Gateway {
                 config,
                 keys,
                 parking,
+                ledger: Arc::default(),
                 closing: watch::Sender::new(false),
             }),
         }
@@ -342,6 +348,7 @@ impl Gateway {
                 "/v1/confirmations/{id}",
                 get(chat::confirmation_status).post(chat::answer_confirmation),
             )
+            .route("/v1/runs/{id}", get(ledger::run_status))
             .route("/v1/models", get(ops::models))
             .route("/v1/models/{id}", get(ops::model))
             .route("/v1/skills", get(skills::list))

@@ -25,13 +25,17 @@ use tokio::task::AbortHandle;
 
 use super::AppState;
 use super::errors::{ApiError, ErrorType};
+use super::ledger::{Ledgered, RunLedger, RunState};
 use super::openai::CompletionMeta;
 
 /// A run the gateway drives; aborted when dropped while it still runs,
 /// unless a person's answer resumed it ([`Resumable::answered`]) and it has
 /// not waited for another since ([`Resumable::waiting`]).
-pub struct OwnedRun<T: Send + 'static> {
+pub struct OwnedRun<T: Ledgered + Send + 'static> {
     handle: Option<RunHandle<T>>,
+    /// Where the run's end is recorded, once it has waited for a person
+    /// ([`park`]).
+    ledger: Option<Arc<RunLedger>>,
     /// What the response being written reports (see
     /// [`OwnedRun::begin_response`]), from the run's events.
     tally: Tally,
@@ -103,7 +107,7 @@ impl Tally {
 }
 
 /// Where a run stands after [`OwnedRun::advance`] or [`OwnedRun::settle`].
-pub enum Progress<T: Send + 'static> {
+pub enum Progress<T: Ledgered + Send + 'static> {
     /// The run ended.
     Finished {
         result: Result<T, AgentError>,
@@ -117,10 +121,11 @@ pub enum Progress<T: Send + 'static> {
     },
 }
 
-impl<T: Send + 'static> OwnedRun<T> {
+impl<T: Ledgered + Send + 'static> OwnedRun<T> {
     pub fn new(handle: RunHandle<T>) -> Self {
         Self {
             handle: Some(handle),
+            ledger: None,
             tally: Tally::default(),
             abort_on_drop: true,
         }
@@ -184,23 +189,49 @@ impl<T: Send + 'static> OwnedRun<T> {
         self.finish().await
     }
 
-    /// The run's result, once its events are read.
+    /// The run's result, once its events are read; recorded in the ledger
+    /// when the run waited.
     async fn finish(mut self) -> Progress<T> {
         let tally = std::mem::take(&mut self.tally);
-        let result = match self.handle.take() {
-            Some(handle) => handle.result().await,
-            None => Err(AgentError::Aborted("the run was already finished".into())),
+        let Some(handle) = self.handle.take() else {
+            let result = Err(AgentError::Aborted("the run was already finished".into()));
+            return Progress::Finished { result, tally };
         };
+        let id = handle.id.clone();
+        let result = handle.result().await;
+        if let Some(ledger) = self.ledger.take() {
+            ledger.ended(&id, &result);
+        }
         Progress::Finished { result, tally }
     }
 }
 
-impl<T: Send + 'static> Drop for OwnedRun<T> {
+impl<T: Ledgered + Send + 'static> Drop for OwnedRun<T> {
     fn drop(&mut self) {
-        if let Some(handle) = &self.handle
-            && self.abort_on_drop
-        {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        let ledger = self.ledger.take();
+        if self.abort_on_drop {
             handle.abort();
+            if let Some(ledger) = ledger {
+                let aborted = AgentError::Aborted(
+                    "nobody held the run any more: its request ended or timed out, or its \
+                     confirmation expired while it waited"
+                        .into(),
+                );
+                ledger.ended::<T>(&handle.id, &Err(aborted));
+            }
+        } else if let (Some(ledger), Ok(runtime)) = (ledger, tokio::runtime::Handle::try_current())
+        {
+            // Answered, it goes on without its request: its end is still
+            // recorded for whoever looks it up. Its events go to no one.
+            let mut handle = handle;
+            handle.events.close();
+            runtime.spawn(async move {
+                let id = handle.id.clone();
+                ledger.ended(&id, &handle.result().await);
+            });
         }
     }
 }
@@ -240,6 +271,9 @@ pub trait Resumable: Into<Parked> + Sized {
     /// Whether dropping the run aborts it (see [`OwnedRun`]).
     fn abort_on_drop(&mut self, abort: bool);
 
+    /// From now on the run's end is recorded in `ledger`.
+    fn record_in(&mut self, ledger: Arc<RunLedger>);
+
     /// The run, resumed by an answer: it goes on to its end even if the
     /// request driving it goes away, so what a person approved (or
     /// rejected) is carried out whether or not their client stays.
@@ -260,11 +294,19 @@ impl Resumable for ChatRun {
     fn abort_on_drop(&mut self, abort: bool) {
         self.run.abort_on_drop = abort;
     }
+
+    fn record_in(&mut self, ledger: Arc<RunLedger>) {
+        self.run.ledger = Some(ledger);
+    }
 }
 
 impl Resumable for InvokeRun {
     fn abort_on_drop(&mut self, abort: bool) {
         self.run.abort_on_drop = abort;
+    }
+
+    fn record_in(&mut self, ledger: Arc<RunLedger>) {
+        self.run.ledger = Some(ledger);
     }
 }
 
@@ -303,7 +345,7 @@ impl Resume for Parked {
 }
 
 /// Drives `run` to its next confirmation, or to its end (`None`).
-async fn next_confirmation<T: Send + 'static>(
+async fn next_confirmation<T: Ledgered + Send + 'static>(
     run: OwnedRun<T>,
 ) -> Option<(PendingConfirmation, OwnedRun<T>)> {
     let id = run.id().cloned();
@@ -539,8 +581,14 @@ async fn follow<R: Resume>(
 pub fn park<Q: Resumable>(
     state: &AppState,
     pending: &PendingConfirmation,
-    run: Q,
+    mut run: Q,
 ) -> Result<Option<Q>, ApiError> {
+    // Recorded before an answer can resume the run, so that its end is
+    // recorded after.
+    state
+        .ledger
+        .record(&pending.run, RunState::Waiting(pending.clone()));
+    run.record_in(state.ledger.clone());
     match state
         .parking
         .park(pending, run.waiting(), state.host.confirmations())

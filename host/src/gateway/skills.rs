@@ -9,7 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::chat::answer_path;
-use super::errors::{ApiError, ApiJson, ApiPath, ErrorType};
+use super::errors::{ApiError, ApiJson, ApiPath};
+use super::ledger::skill_failed;
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount, RunStart};
@@ -108,12 +109,7 @@ pub async fn finish_invocation(
                         body["usage"] = json!(tally.usage);
                         Ok(Json(body).into_response())
                     }
-                    failed => Err(ApiError::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        ErrorType::SkillError,
-                        "skill_failed",
-                        failed.error_text().unwrap_or_default(),
-                    )),
+                    failed => Err(skill_failed(&failed)),
                 };
             }
             Progress::Pending {
