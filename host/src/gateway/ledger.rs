@@ -232,3 +232,88 @@ pub fn status_body(
     }
     body
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use serde_json::{Value, json};
+
+    use super::{RunLedger, RunState, status_body};
+    use crate::agent::{AgentError, Caller, ConfirmationPolicy, Confirmations, RunId};
+
+    /// `run`'s body as the route shows it, confirmations shown by id.
+    fn shown(ledger: &RunLedger, run: &RunId, confirmations: &Confirmations) -> Value {
+        let (state, at) = ledger.get(run.as_str()).expect("on record");
+        status_body(run.as_str(), state, at, confirmations, |pending| {
+            json!(pending.id)
+        })
+    }
+
+    #[test]
+    fn a_run_is_shown_waiting_then_running_then_done() {
+        let (ledger, confirmations) = (RunLedger::default(), Confirmations::default());
+        let run = RunId::random();
+        let _ticket = confirmations.open(
+            run.clone(),
+            None,
+            Caller::Main,
+            "applyRefund",
+            json!({"orderId": "88231"}),
+            &ConfirmationPolicy::default(),
+        );
+        let pending = confirmations.pending().remove(0);
+        ledger.record(&run, RunState::Waiting(pending.clone()));
+        let waiting = shown(&ledger, &run, &confirmations);
+        assert_eq!(waiting["status"], "pending_confirmation");
+        assert_eq!(waiting["confirmation"], json!(pending.id));
+
+        confirmations.approve(pending.id.as_str()).unwrap();
+        let running = shown(&ledger, &run, &confirmations);
+        assert_eq!(running["status"], "running");
+        assert_eq!(
+            running["last_resolution"],
+            json!({"confirmation": pending.id, "resolution": {"decision": "approved"}})
+        );
+
+        ledger.record(&run, RunState::Done(json!({"result": {"refunded": true}})));
+        let done = shown(&ledger, &run, &confirmations);
+        assert_eq!(
+            (
+                &done["object"],
+                &done["id"],
+                &done["status"],
+                &done["result"]
+            ),
+            (
+                &json!("run"),
+                &json!(run),
+                &json!("done"),
+                &json!({"refunded": true})
+            )
+        );
+        assert!(ledger.get(RunId::random().as_str()).is_none());
+    }
+
+    #[test]
+    fn a_failed_run_shows_the_error_as_the_api_reports_it() {
+        let ledger = RunLedger::default();
+        let run = RunId::random();
+        let aborted: Result<crate::agent::RunOutput, _> =
+            Err(AgentError::Aborted("the host shut down".into()));
+        ledger.ended(&run, &aborted);
+        let (state, at) = ledger.get(run.as_str()).unwrap();
+        assert!(at <= SystemTime::now());
+        let failed = status_body(run.as_str(), state, at, &Confirmations::default(), |_| {
+            Value::Null
+        });
+        assert_eq!(failed["status"], "failed");
+        assert_eq!(failed["error"]["code"], "run_aborted");
+        assert!(
+            failed["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the host shut down")
+        );
+    }
+}
