@@ -429,6 +429,10 @@ async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_the
     })
     .await;
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    let run = pending["skillhost"]["run"].as_str().unwrap();
+    let (_, parked_again) = served.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(parked_again["status"], "pending_confirmation");
+    assert_eq!(parked_again["confirmation"]["tool"], "submit_ticket");
 
     // Answered at the gateway, it is driven to its end by that request.
     let id = waiting["data"][0]["id"].as_str().unwrap();
@@ -443,12 +447,25 @@ async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_the
     assert_eq!(done["choices"][0]["message"]["content"], DONE);
     assert_eq!(llm.remaining(), 0);
     // The run that waited twice is on record with its answer.
-    let run = pending["skillhost"]["run"].as_str().unwrap();
     let (status, ended) = served.get(&format!("/v1/runs/{run}")).await;
     assert_eq!(status, StatusCode::OK, "{ended:#}");
     assert_eq!(ended["status"], "done");
     assert_eq!(ended["answer"], DONE);
     assert_eq!(ended["finish_reason"], "stop");
+}
+
+/// A refund of 88231 invoked at the gateway, waiting for approval: the
+/// `202` body and the path of its run's record.
+async fn refund_accepted(served: &Served) -> (Value, String) {
+    let (status, accepted) = served
+        .invoke(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
+    let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+    (accepted, run_path)
 }
 
 /// A parked run whose confirmation expires is aborted, and on record as
@@ -462,14 +479,7 @@ async fn a_parked_run_whose_confirmation_expires_is_on_record_as_aborted() {
         ..Setup::default()
     })
     .await;
-    let (status, accepted) = served
-        .invoke(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
-    let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+    let (_, run_path) = refund_accepted(&served).await;
     let failed = wait_for(&served, &run_path, |run| run["status"] == "failed").await;
     let error = error_of(&failed, "run_aborted");
     assert!(
@@ -488,14 +498,7 @@ async fn a_parked_run_whose_confirmation_expires_is_on_record_as_aborted() {
 #[tokio::test]
 async fn a_requester_looks_up_the_result_of_a_run_resumed_elsewhere() {
     let served = Served::start(Setup::default()).await;
-    let (status, accepted) = served
-        .invoke(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
-    let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+    let (accepted, run_path) = refund_accepted(&served).await;
     let (status, waiting) = served.get(&run_path).await;
     assert_eq!(status, StatusCode::OK, "{waiting:#}");
     assert_eq!(waiting["object"], "run");

@@ -51,7 +51,7 @@ pub async fn chat_completions(
     let handle = state.host.chat_with(messages, options)?;
     let chat = ChatRun {
         meta: CompletionMeta::new(handle.id.clone(), model),
-        run: OwnedRun::new(handle),
+        run: OwnedRun::new(handle, state.ledger.clone()),
     };
     if stream {
         stream_chat(state, chat, mount, include_usage).await

@@ -33,9 +33,10 @@ use super::openai::CompletionMeta;
 /// not waited for another since ([`Resumable::waiting`]).
 pub struct OwnedRun<T: Ledgered + Send + 'static> {
     handle: Option<RunHandle<T>>,
-    /// Where the run's end is recorded, once it has waited for a person
-    /// ([`park`]).
-    ledger: Option<Arc<RunLedger>>,
+    /// Where the run is recorded as it waits for a person and, once it has
+    /// waited, as it ends.
+    ledger: Arc<RunLedger>,
+    waited: bool,
     /// What the response being written reports (see
     /// [`OwnedRun::begin_response`]), from the run's events.
     tally: Tally,
@@ -122,10 +123,11 @@ pub enum Progress<T: Ledgered + Send + 'static> {
 }
 
 impl<T: Ledgered + Send + 'static> OwnedRun<T> {
-    pub fn new(handle: RunHandle<T>) -> Self {
+    pub fn new(handle: RunHandle<T>, ledger: Arc<RunLedger>) -> Self {
         Self {
             handle: Some(handle),
-            ledger: None,
+            ledger,
+            waited: false,
             tally: Tally::default(),
             abort_on_drop: true,
         }
@@ -156,10 +158,7 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
                 break;
             };
             if let Some(pending) = self.tally.take(event, &mut on_event) {
-                return Progress::Pending {
-                    run: self,
-                    pending: Box::new(pending),
-                };
+                return self.waits(pending);
             }
         }
         self.finish().await
@@ -175,10 +174,7 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
             let ended = handle.has_ended();
             while let Ok(event) = handle.events.try_recv() {
                 if let Some(pending) = self.tally.take(event, &mut |_| {}) {
-                    return Progress::Pending {
-                        run: self,
-                        pending: Box::new(pending),
-                    };
+                    return self.waits(pending);
                 }
             }
             if ended {
@@ -189,6 +185,20 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
         self.finish().await
     }
 
+    /// The run waits for `pending`: recorded before whoever holds the run
+    /// parks it, so before an answer can resume it and its end be recorded.
+    fn waits(mut self, pending: PendingConfirmation) -> Progress<T> {
+        if let Some(handle) = &self.handle {
+            self.ledger
+                .record(&handle.id, RunState::Waiting(pending.clone()));
+            self.waited = true;
+        }
+        Progress::Pending {
+            run: self,
+            pending: Box::new(pending),
+        }
+    }
+
     /// The run's result, once its events are read; recorded in the ledger
     /// when the run waited.
     async fn finish(mut self) -> Progress<T> {
@@ -197,10 +207,10 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
             let result = Err(AgentError::Aborted("the run was already finished".into()));
             return Progress::Finished { result, tally };
         };
-        let id = handle.id.clone();
+        let waited = self.waited.then(|| handle.id.clone());
         let result = handle.result().await;
-        if let Some(ledger) = self.ledger.take() {
-            ledger.ended(&id, &result);
+        if let Some(id) = waited {
+            self.ledger.ended(&id, &result);
         }
         Progress::Finished { result, tally }
     }
@@ -211,23 +221,22 @@ impl<T: Ledgered + Send + 'static> Drop for OwnedRun<T> {
         let Some(handle) = self.handle.take() else {
             return;
         };
-        let ledger = self.ledger.take();
         if self.abort_on_drop {
             handle.abort();
-            if let Some(ledger) = ledger {
+            if self.waited {
                 let aborted = AgentError::Aborted(
                     "nobody held the run any more: its request ended or timed out, or its \
                      confirmation expired while it waited"
                         .into(),
                 );
-                ledger.ended::<T>(&handle.id, &Err(aborted));
+                self.ledger.ended::<T>(&handle.id, &Err(aborted));
             }
-        } else if let (Some(ledger), Ok(runtime)) = (ledger, tokio::runtime::Handle::try_current())
-        {
+        } else if let (true, Ok(runtime)) = (self.waited, tokio::runtime::Handle::try_current()) {
             // Answered, it goes on without its request: its end is still
             // recorded for whoever looks it up. Its events go to no one.
             let mut handle = handle;
             handle.events.close();
+            let ledger = self.ledger.clone();
             runtime.spawn(async move {
                 let id = handle.id.clone();
                 ledger.ended(&id, &handle.result().await);
@@ -271,9 +280,6 @@ pub trait Resumable: Into<Parked> + Sized {
     /// Whether dropping the run aborts it (see [`OwnedRun`]).
     fn abort_on_drop(&mut self, abort: bool);
 
-    /// From now on the run's end is recorded in `ledger`.
-    fn record_in(&mut self, ledger: Arc<RunLedger>);
-
     /// The run, resumed by an answer: it goes on to its end even if the
     /// request driving it goes away, so what a person approved (or
     /// rejected) is carried out whether or not their client stays.
@@ -294,19 +300,11 @@ impl Resumable for ChatRun {
     fn abort_on_drop(&mut self, abort: bool) {
         self.run.abort_on_drop = abort;
     }
-
-    fn record_in(&mut self, ledger: Arc<RunLedger>) {
-        self.run.ledger = Some(ledger);
-    }
 }
 
 impl Resumable for InvokeRun {
     fn abort_on_drop(&mut self, abort: bool) {
         self.run.abort_on_drop = abort;
-    }
-
-    fn record_in(&mut self, ledger: Arc<RunLedger>) {
-        self.run.ledger = Some(ledger);
     }
 }
 
@@ -581,14 +579,8 @@ async fn follow<R: Resume>(
 pub fn park<Q: Resumable>(
     state: &AppState,
     pending: &PendingConfirmation,
-    mut run: Q,
+    run: Q,
 ) -> Result<Option<Q>, ApiError> {
-    // Recorded before an answer can resume the run, so that its end is
-    // recorded after.
-    state
-        .ledger
-        .record(&pending.run, RunState::Waiting(pending.clone()));
-    run.record_in(state.ledger.clone());
     match state
         .parking
         .park(pending, run.waiting(), state.host.confirmations())

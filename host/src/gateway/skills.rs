@@ -76,7 +76,7 @@ pub async fn invoke(
         .map(|loaded| SkillVersion::of(&loaded.component))
         .expect("a skill run starts only on skills that hold it");
     let invocation = InvokeRun {
-        run: OwnedRun::new(run),
+        run: OwnedRun::new(run, state.ledger.clone()),
         skill,
     };
     finish_invocation(&state, invocation, &mount).await
