@@ -147,6 +147,20 @@ impl Served {
         .await
     }
 
+    /// The default setup with `llm` as the model and requests timing out
+    /// after a second.
+    async fn with_llm_and_1s_timeout(llm: &ScriptedLlm) -> Self {
+        Self::start(Setup {
+            llm: Some(llm),
+            config: GatewayConfig {
+                request_timeout: Duration::from_secs(1),
+                ..GatewayConfig::default()
+            },
+            ..Setup::default()
+        })
+        .await
+    }
+
     /// The default setup under `config`.
     async fn with_config(config: GatewayConfig) -> Self {
         Self::start(Setup {
@@ -531,6 +545,42 @@ async fn a_requester_looks_up_the_result_of_a_run_resumed_elsewhere() {
         message.as_str().unwrap().contains("only runs that waited"),
         "{message}"
     );
+}
+
+/// A run approved at the gateway goes on when the approval's request goes
+/// away (here, it times out while the model thinks): what the person
+/// approved is carried out, and its end is on record for the requester.
+#[tokio::test]
+async fn an_approved_run_whose_request_goes_away_finishes_on_record() {
+    let (answer, gate) = oneshot::channel();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text(REFUND_ANSWER).held_until(gate),
+    ])
+    .await;
+    let served = Served::with_llm_and_1s_timeout(&llm).await;
+    let (_, pending) = served.chat(REFUND_REQUEST).await;
+    let confirmation = pending_confirmation(&pending);
+    let run_path = format!("/v1/runs/{}", pending["skillhost"]["run"].as_str().unwrap());
+
+    let (status, timed_out) = served.approve(&confirmation).await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{timed_out:#}");
+    error_of(&timed_out, "request_timeout");
+    // Nobody reads the run, and it still runs: the refund is written and
+    // the run is on record as going on after its approval.
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    let (_, running) = served.get(&run_path).await;
+    assert_eq!(running["status"], "running", "{running:#}");
+    assert_eq!(
+        running["last_resolution"]["resolution"]["decision"],
+        "approved"
+    );
+
+    let _ = answer.send(());
+    let done = wait_for(&served, &run_path, |run| run["status"] == "done").await;
+    assert_eq!(done["answer"], REFUND_ANSWER);
+    assert_eq!(done["finish_reason"], "stop");
+    assert_eq!(llm.remaining(), 0);
 }
 
 /// A refund of 88231 started through the host handle, as an embedder's
@@ -2128,15 +2178,7 @@ async fn slow_requests_are_a_504() {
     // The model does not answer while the test runs.
     let (_held, gate) = oneshot::channel();
     let llm = ScriptedLlm::start(vec![Step::text("late").held_until(gate)]).await;
-    let served = Served::start(Setup {
-        llm: Some(&llm),
-        config: GatewayConfig {
-            request_timeout: Duration::from_secs(1),
-            ..GatewayConfig::default()
-        },
-        ..Setup::default()
-    })
-    .await;
+    let served = Served::with_llm_and_1s_timeout(&llm).await;
     let (status, body) = served.chat("hi").await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{body:#}");
     error_of(&body, "request_timeout");

@@ -473,7 +473,8 @@ impl AppState {
 }
 
 /// Ends a request that takes longer than the configured timeout. Its run,
-/// if it has one, is aborted with it.
+/// if it has one, is aborted with it, unless a person's answer resumed the
+/// run: that goes on to its end ([`runs::OwnedRun`]).
 async fn time_limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let limit = state.config.request_timeout;
     tokio::time::timeout(limit, next.run(request))
