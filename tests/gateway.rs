@@ -780,6 +780,55 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
     );
 }
 
+/// A run's record is its requester's: another API key gets the 404 of an
+/// unknown run, the admin key sees it. The confirmation itself is for
+/// whoever may answer it.
+#[tokio::test]
+async fn a_run_s_record_is_shown_to_whom_it_acts_for_and_the_admin_only() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec![
+                ApiKey::named("support-desk", "k-desk"),
+                ApiKey::named("billing", "k-billing"),
+            ],
+            admin_key: Some("k-admin".into()),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
+    let request = served
+        .http
+        .post(served.url("/v1/skills/processRefund/invoke"))
+        .bearer_auth("k-desk")
+        .json(&refund);
+    let (status, accepted) = read(request.send().await.unwrap()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
+    let run = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
+
+    for key in ["k-desk", "k-admin"] {
+        let (status, waiting) = served.get_as(key, &run).await;
+        assert_eq!(status, StatusCode::OK, "{key}: {waiting:#}");
+        assert_eq!(waiting["status"], "pending_confirmation");
+    }
+    let (status, hidden) = served.get_as("k-billing", &run).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{hidden:#}");
+    let (_, unknown) = served.get_as("k-billing", "/v1/runs/run_unknown").await;
+    assert_eq!(
+        error_of(&hidden, "run_not_found")["message"],
+        error_of(&unknown, "run_not_found")["message"]
+            .as_str()
+            .unwrap()
+            .replace("run_unknown", accepted["run"].as_str().unwrap()),
+        "a hidden run reads as an unknown one"
+    );
+    let answer = accepted["confirmation"]["answer"]["path"].as_str().unwrap();
+    let (status, confirmation) = served.get_as("k-billing", answer).await;
+    assert_eq!(status, StatusCode::OK, "{confirmation:#}");
+    assert_eq!(confirmation["status"], "pending");
+}
+
 #[tokio::test]
 async fn an_application_names_who_answers_a_confirmation() {
     // An application that authenticates its own users says who they are;

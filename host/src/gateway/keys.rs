@@ -67,9 +67,30 @@ impl fmt::Debug for ApiKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
 
-/// What a guard decided: the name of the key that opened the route (none
-/// when the route is open to anyone), or the error that refuses it.
-type Checked = Result<Option<Arc<str>>, ApiError>;
+/// Marks a request that presented the admin key, on an admin route or an
+/// API route: it may read every run's record, not only those of the runs
+/// that act for it (see [`super::ledger::run_status`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AdminKey;
+
+/// Whose key opened a route.
+struct KeyHolder {
+    name: Arc<str>,
+    admin: bool,
+}
+
+impl KeyHolder {
+    fn admin() -> Self {
+        Self {
+            name: ADMIN.into(),
+            admin: true,
+        }
+    }
+}
+
+/// What a guard decided: whose key opened the route (none when the route is
+/// open to anyone), or the error that refuses it.
+type Checked = Result<Option<KeyHolder>, ApiError>;
 
 /// The name the admin key goes by.
 const ADMIN: &str = "admin";
@@ -134,25 +155,28 @@ impl Keys {
         self.api.is_empty() && self.admin.is_none()
     }
 
-    /// Checks the key presented to an API route; returns the name of the
-    /// key that opened it. With no API key configured the routes are open
-    /// to anyone: an admin key presented is still named.
+    /// Checks the key presented to an API route; returns whose key opened
+    /// it. With no API key configured the routes are open to anyone: an
+    /// admin key presented is still known.
     fn check_api(&self, presented: Option<&str>) -> Checked {
         let key = presented.map(digest);
-        let name = key.and_then(|key| match self.api_name(&key) {
-            Some(name) => Some(name.clone()),
-            None => self.is_admin(&key).then(|| ADMIN.into()),
+        let holder = key.and_then(|key| match self.api_name(&key) {
+            Some(name) => Some(KeyHolder {
+                name: name.clone(),
+                admin: false,
+            }),
+            None => self.is_admin(&key).then(KeyHolder::admin),
         });
-        match (name, presented) {
-            (Some(name), _) => Ok(Some(name)),
+        match (holder, presented) {
+            (Some(holder), _) => Ok(Some(holder)),
             _ if self.api.is_empty() => Ok(None),
             (None, None) => Err(missing_key("an API key")),
             (None, Some(_)) => Err(invalid_key()),
         }
     }
 
-    /// Checks the key presented to an admin route; returns the name of the
-    /// key that opened it, `admin`, unless the routes are open.
+    /// Checks the key presented to an admin route; returns whose key opened
+    /// it, the admin's, unless the routes are open.
     fn check_admin(&self, presented: Option<&str>) -> Checked {
         if self.admin.is_none() {
             return if self.api.is_empty() {
@@ -169,7 +193,7 @@ impl Keys {
         }
         let key = digest(presented.ok_or_else(|| missing_key("the admin key"))?);
         if self.is_admin(&key) {
-            Ok(Some(ADMIN.into()))
+            Ok(Some(KeyHolder::admin()))
         } else if self.api_name(&key).is_some() {
             Err(ApiError::new(
                 StatusCode::FORBIDDEN,
@@ -275,7 +299,8 @@ pub(super) async fn require_admin_key(
 
 /// Lets `request` through when `check` accepts the key it presents (or,
 /// on an open gateway, the host it names), as the [`Principal`] of the
-/// key unless the application attached one.
+/// key unless the application attached one, and marked [`AdminKey`] when
+/// it is the admin key.
 async fn guard(
     state: &AppState,
     mut request: Request,
@@ -289,11 +314,16 @@ async fn guard(
         check(&keys, bearer(&request))
     };
     match checked {
-        Ok(name) => {
-            if let Some(name) = name
-                && request.extensions().get::<Principal>().is_none()
-            {
-                request.extensions_mut().insert(Principal(name.to_string()));
+        Ok(holder) => {
+            if let Some(holder) = holder {
+                if holder.admin {
+                    request.extensions_mut().insert(AdminKey);
+                }
+                if request.extensions().get::<Principal>().is_none() {
+                    request
+                        .extensions_mut()
+                        .insert(Principal(holder.name.to_string()));
+                }
             }
             next.run(request).await
         }

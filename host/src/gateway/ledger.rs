@@ -7,13 +7,19 @@
 //! latest state, so that whoever holds the run's id can look up how it
 //! ended: the refund id, the answer, or why it failed. A run that never
 //! waited answered its own request, and is not kept.
+//!
+//! A run's record is its requester's: it is shown to the [`Principal`] the
+//! run acts for and to the admin key, and to anyone only when the run acts
+//! for nobody (an open gateway). A confirmation is for whoever may answer
+//! it, so `GET /v1/confirmations/{id}` shows it to every API key; what the
+//! run then did, its result, is not theirs.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde_json::{Value, json};
 
 use crate::agent::{
@@ -24,8 +30,9 @@ use crate::recent::{KeptFor, Recent};
 
 use super::chat::answer_path;
 use super::errors::{ApiError, ApiPath, ErrorType};
+use super::keys::AdminKey;
 use super::openai::confirmation_json;
-use super::{AppState, Mount};
+use super::{AppState, Mount, Principal};
 
 /// `GET /v1/runs/{id}`: where a run that waited for a person stands. `status`
 /// is `pending_confirmation` (with the confirmation and how to answer it),
@@ -34,14 +41,24 @@ use super::{AppState, Mount};
 /// chat's `answer` and `finish_reason`) or `failed` (with `error`, as the
 /// API reports errors); `updated_at` is when it got there. How a requester
 /// learns what a run did after a separate approver resumed it. 404 for a
-/// run that never waited, or that was last recorded too long ago (see
-/// [`RUNS_KEPT`]).
+/// run that never waited, that was last recorded too long ago (see
+/// [`RUNS_KEPT`]), or that acts for another principal than the request's
+/// (see the module docs): the same answer, so that an id says nothing of
+/// another's runs.
 pub async fn run_status(
     State(state): State<Arc<AppState>>,
     ApiPath(id): ApiPath<String>,
     mount: Mount,
+    principal: Option<Extension<Principal>>,
+    admin: Option<Extension<AdminKey>>,
 ) -> Result<Json<Value>, ApiError> {
-    let Some((run_state, at)) = state.ledger.get(&id) else {
+    let reader = Reader {
+        principal: principal
+            .as_ref()
+            .map(|Extension(Principal(name))| name.as_str()),
+        admin: admin.is_some(),
+    };
+    let Some((run_state, at)) = state.ledger.get(&id, &reader) else {
         return Err(ApiError::not_found(
             "run_not_found",
             format!(
@@ -128,7 +145,24 @@ pub fn skill_failed(outcome: &CallOutcome) -> ApiError {
 
 struct Entry {
     run: RunId,
+    /// The principal the run acts for, if any: whose record it is.
+    owner: Option<String>,
     state: RunState,
+}
+
+/// Who asks for a run's record.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reader<'a> {
+    /// The request's [`Principal`], if it has one.
+    pub principal: Option<&'a str>,
+    /// Whether it presented the admin key, which may read every record.
+    pub admin: bool,
+}
+
+impl Reader<'_> {
+    fn may_read(&self, owner: Option<&str>) -> bool {
+        self.admin || owner.is_none() || owner == self.principal
+    }
 }
 
 /// The latest states of the runs that waited, within [`RUNS_KEPT`],
@@ -150,8 +184,8 @@ impl Default for RunLedger {
 }
 
 impl RunLedger {
-    /// Records that `run` is now in `state`.
-    pub fn record(&self, run: &RunId, state: RunState) {
+    /// Records that `run`, which acts for `owner`, is now in `state`.
+    pub fn record(&self, run: &RunId, owner: Option<&str>, state: RunState) {
         let bytes = match &state {
             RunState::Waiting(pending) => json_bytes(&pending.arguments),
             RunState::Done(fields) => json_bytes(fields),
@@ -159,20 +193,28 @@ impl RunLedger {
         };
         let entry = Entry {
             run: run.clone(),
+            owner: owner.map(str::to_owned),
             state,
         };
         self.lock().push(entry, SystemTime::now(), bytes);
     }
 
-    /// Records how `run` ended.
-    pub fn ended<T: Ledgered>(&self, run: &RunId, result: &Result<T, AgentError>) {
-        self.record(run, T::state(result));
+    /// Records how `run`, which acts for `owner`, ended.
+    pub fn ended<T: Ledgered>(
+        &self,
+        run: &RunId,
+        owner: Option<&str>,
+        result: &Result<T, AgentError>,
+    ) {
+        self.record(run, owner, T::state(result));
     }
 
-    /// `run`'s latest state and when it was recorded, if it waited lately.
-    pub fn get(&self, run: &str) -> Option<(RunState, SystemTime)> {
+    /// `run`'s latest state and when it was recorded, if it waited lately
+    /// and `reader` may read its record.
+    pub fn get(&self, run: &str, reader: &Reader) -> Option<(RunState, SystemTime)> {
         self.lock()
             .latest(|entry| entry.run.as_str() == run)
+            .filter(|(entry, _)| reader.may_read(entry.owner.as_deref()))
             .map(|(entry, at)| (entry.state.clone(), at))
     }
 
@@ -239,12 +281,14 @@ mod tests {
 
     use serde_json::{Value, json};
 
-    use super::{RunLedger, RunState, status_body};
+    use super::{Reader, RunLedger, RunState, status_body};
     use crate::agent::{AgentError, Caller, ConfirmationPolicy, Confirmations, RunId};
 
     /// `run`'s body as the route shows it, confirmations shown by id.
     fn shown(ledger: &RunLedger, run: &RunId, confirmations: &Confirmations) -> Value {
-        let (state, at) = ledger.get(run.as_str()).expect("on record");
+        let (state, at) = ledger
+            .get(run.as_str(), &Reader::default())
+            .expect("on record");
         status_body(run.as_str(), state, at, confirmations, |pending| {
             json!(pending.id)
         })
@@ -263,7 +307,7 @@ mod tests {
             &ConfirmationPolicy::default(),
         );
         let pending = confirmations.pending().remove(0);
-        ledger.record(&run, RunState::Waiting(pending.clone()));
+        ledger.record(&run, None, RunState::Waiting(pending.clone()));
         let waiting = shown(&ledger, &run, &confirmations);
         assert_eq!(waiting["status"], "pending_confirmation");
         assert_eq!(waiting["confirmation"], json!(pending.id));
@@ -276,7 +320,8 @@ mod tests {
             json!({"confirmation": pending.id, "resolution": {"decision": "approved"}})
         );
 
-        ledger.record(&run, RunState::Done(json!({"result": {"refunded": true}})));
+        let done = RunState::Done(json!({"result": {"refunded": true}}));
+        ledger.record(&run, None, done);
         let done = shown(&ledger, &run, &confirmations);
         assert_eq!(
             (
@@ -292,7 +337,8 @@ mod tests {
                 &json!({"refunded": true})
             )
         );
-        assert!(ledger.get(RunId::random().as_str()).is_none());
+        let unknown = RunId::random();
+        assert!(ledger.get(unknown.as_str(), &Reader::default()).is_none());
     }
 
     #[test]
@@ -301,8 +347,8 @@ mod tests {
         let run = RunId::random();
         let aborted: Result<crate::agent::RunOutput, _> =
             Err(AgentError::Aborted("the host shut down".into()));
-        ledger.ended(&run, &aborted);
-        let (state, at) = ledger.get(run.as_str()).unwrap();
+        ledger.ended(&run, None, &aborted);
+        let (state, at) = ledger.get(run.as_str(), &Reader::default()).unwrap();
         assert!(at <= SystemTime::now());
         let failed = status_body(run.as_str(), state, at, &Confirmations::default(), |_| {
             Value::Null
@@ -315,5 +361,22 @@ mod tests {
                 .unwrap()
                 .contains("the host shut down")
         );
+    }
+
+    #[test]
+    fn a_run_s_record_is_read_by_whom_it_acts_for_and_the_admin() {
+        let ledger = RunLedger::default();
+        let (desk, open) = (RunId::random(), RunId::random());
+        ledger.record(&desk, Some("desk"), RunState::Done(json!({})));
+        ledger.record(&open, None, RunState::Done(json!({})));
+        let reader = |principal, admin| Reader { principal, admin };
+        let shown = |run: &RunId, reader: Reader| ledger.get(run.as_str(), &reader).is_some();
+        assert!(shown(&desk, reader(Some("desk"), false)));
+        assert!(!shown(&desk, reader(Some("billing"), false)));
+        assert!(!shown(&desk, reader(None, false)));
+        assert!(shown(&desk, reader(Some("admin"), true)));
+        // A run that acts for nobody is anyone's to read.
+        assert!(shown(&open, reader(Some("billing"), false)));
+        assert!(shown(&open, reader(None, false)));
     }
 }

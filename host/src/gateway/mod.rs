@@ -11,7 +11,7 @@
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
 //! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
 //! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?) and `resolved_at`, for an hour after (the latest 1024, 16 MiB of arguments): how a requester learns what a separate approver decided |
-//! | `GET /v1/runs/{id}` | API | a run that waited for a person: `pending_confirmation`, `running`, `done` with its `result` (invocation) or `answer` (chat), or `failed` with `error`; for an hour after its last change (the latest 4096 states, 32 MiB): what a run did after someone else resumed it |
+//! | `GET /v1/runs/{id}` | API | a run that waited for a person: `pending_confirmation`, `running`, `done` with its `result` (invocation) or `answer` (chat), or `failed` with `error`; for an hour after its last change (the latest 4096 states, 32 MiB): what a run did after someone else resumed it; shown to the principal the run acts for and the admin key |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
 //! | `GET /v1/models/{id}` | API | that model, or a 404 `model_not_found` naming the one served |
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
@@ -91,7 +91,9 @@
 //!   has a name ([`ApiKey`]; the admin key's is `admin`): a request that
 //!   presents it acts as that [`Principal`], unless the application that
 //!   mounts the router attached its own, and a confirmation it answers is
-//!   resolved on its behalf (`"by"` in `confirmation_resolved`).
+//!   resolved on its behalf (`"by"` in `confirmation_resolved`). A run's
+//!   record (`GET /v1/runs/{id}`) is shown to the principal the run acts
+//!   for and to the admin key; to any other it is unknown.
 //!   `/healthz` is always open. A gateway with no key at all answers only
 //!   requests addressed to `localhost`, an IP address or one of
 //!   [`GatewayConfig::allowed_hosts`] (403 `host_not_allowed`): a web page

@@ -37,6 +37,8 @@ pub struct OwnedRun<T: Ledgered + Send + 'static> {
     /// waited, as it ends.
     ledger: Arc<RunLedger>,
     waited: bool,
+    /// Whom the run acts for, as its confirmations say: whose record it is.
+    owner: Option<String>,
     /// What the response being written reports (see
     /// [`OwnedRun::begin_response`]), from the run's events.
     tally: Tally,
@@ -128,6 +130,7 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
             handle: Some(handle),
             ledger,
             waited: false,
+            owner: None,
             tally: Tally::default(),
             abort_on_drop: true,
         }
@@ -189,8 +192,12 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
     /// parks it, so before an answer can resume it and its end be recorded.
     fn waits(mut self, pending: PendingConfirmation) -> Progress<T> {
         if let Some(handle) = &self.handle {
-            self.ledger
-                .record(&handle.id, RunState::Waiting(pending.clone()));
+            self.owner.clone_from(&pending.requested_by);
+            self.ledger.record(
+                &handle.id,
+                self.owner.as_deref(),
+                RunState::Waiting(pending.clone()),
+            );
             self.waited = true;
         }
         Progress::Pending {
@@ -210,7 +217,7 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
         let waited = self.waited.then(|| handle.id.clone());
         let result = handle.result().await;
         if let Some(id) = waited {
-            self.ledger.ended(&id, &result);
+            self.ledger.ended(&id, self.owner.as_deref(), &result);
         }
         Progress::Finished { result, tally }
     }
@@ -229,17 +236,18 @@ impl<T: Ledgered + Send + 'static> Drop for OwnedRun<T> {
                      confirmation expired while it waited"
                         .into(),
                 );
-                self.ledger.ended::<T>(&handle.id, &Err(aborted));
+                self.ledger
+                    .ended::<T>(&handle.id, self.owner.as_deref(), &Err(aborted));
             }
         } else if let (true, Ok(runtime)) = (self.waited, tokio::runtime::Handle::try_current()) {
             // Answered, it goes on without its request: its end is still
             // recorded for whoever looks it up. Its events go to no one.
             let mut handle = handle;
             handle.events.close();
-            let ledger = self.ledger.clone();
+            let (ledger, owner) = (self.ledger.clone(), self.owner.take());
             runtime.spawn(async move {
                 let id = handle.id.clone();
-                ledger.ended(&id, &handle.result().await);
+                ledger.ended(&id, owner.as_deref(), &handle.result().await);
             });
         }
     }
