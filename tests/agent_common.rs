@@ -25,13 +25,15 @@ use crate::support::scripted_llm::{ScriptedLlm, Step};
 /// The article's refund request.
 pub const REFUND_REQUEST: &str = "my order 88231 robot vacuum is broken, refund it";
 
+/// The arguments of the `processRefund` call in [`REFUND_REQUEST`].
+pub fn refund_input() -> Value {
+    json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
+}
+
 /// The model's answer to [`REFUND_REQUEST`]: a call of the `processRefund`
 /// skill for order 88231.
 pub fn refund_call() -> Step {
-    Step::tool_call(
-        "processRefund",
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-    )
+    Step::tool_call("processRefund", refund_input())
 }
 
 /// The demo shop with some of its tools and some bundled skills loaded.

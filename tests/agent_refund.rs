@@ -19,8 +19,9 @@ use skillhost::tools::demo::{article_000_tools, article_003_tools};
 use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::agent_common::{
-    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, executed, refund_call, refusal,
-    resolutions, rounds_of, skill, skill_outcomes, tool_result, tools_called,
+    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, executed, refund_call,
+    refund_input, refusal, resolutions, rounds_of, skill, skill_outcomes, tool_result,
+    tools_called,
 };
 use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -90,10 +91,7 @@ async fn refund_with_steps_takes_two_main_rounds_and_waits_for_approval_inside_t
             // The steps are suspended at applyRefund; nothing is written yet.
             assert_eq!(pending.caller, processing);
             assert_eq!(pending.tool, "applyRefund");
-            assert_eq!(
-                pending.arguments,
-                json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
-            );
+            assert_eq!(pending.arguments, refund_input());
             assert_eq!(
                 pending.summary,
                 "applyRefund: orderId '88231', reason 'the robot vacuum is broken'"
@@ -172,7 +170,7 @@ async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
             .fragments(3),
         Step::tool_call(
             "applyRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
+            refund_input(),
         )
         .streamed(true)
         .fragments(4),
@@ -220,10 +218,7 @@ async fn refund_through_the_sub_agent_takes_five_llm_calls_instead_of_two() {
     );
     assert_eq!(sub_messages[1]["role"], "user");
     let input: Value = serde_json::from_str(sub_messages[1]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(
-        input,
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
-    );
+    assert_eq!(input, refund_input());
     assert!(finished.events.iter().any(|event| matches!(
         event,
         AgentEvent::SkillStarted {
@@ -389,10 +384,7 @@ async fn what_a_person_declined_inside_a_skill_reaches_the_main_model_whatever_t
     let (shop, llm, agent) = shop_and_agent(
         vec![
             refund_call(),
-            Step::tool_call(
-                "applyRefund",
-                json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-            ),
+            Step::tool_call("applyRefund", refund_input()),
             Step::text("Refund RF20260629001 submitted; it arrives in 1-3 business days."),
             Step::text("Your refund was not submitted, as you declined it."),
         ],
@@ -1077,12 +1069,7 @@ async fn a_run_is_at_work_from_its_approval_to_its_end_and_not_while_it_waits() 
     let agent = Agent::builder(shop.skills.clone()).build().unwrap();
     assert!(agent.idle().now_or_never().is_some(), "no run yet");
 
-    let mut run = agent
-        .start_skill(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .unwrap();
+    let mut run = agent.start_skill("processRefund", refund_input()).unwrap();
     assert_eq!(agent.runs_at_work(), 1, "counted from its start");
     let pending = loop {
         match run.events.recv().await.expect("the run waits for approval") {

@@ -25,7 +25,7 @@ use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_t
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::{Access, Tool, ToolContext, ToolSpec};
 
-use crate::agent_common::{REFUND_REQUEST, refund_call};
+use crate::agent_common::{REFUND_REQUEST, refund_call, refund_input};
 use crate::support::crm::crm_service;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -191,6 +191,20 @@ impl Served {
         .await
     }
 
+    /// `POST path` of `body` with the bearer `key`.
+    async fn post_as(&self, key: &str, path: &str, body: Value) -> (StatusCode, Value) {
+        read(
+            self.http
+                .post(self.url(path))
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .expect("POST"),
+        )
+        .await
+    }
+
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         read(
             self.http
@@ -320,10 +334,7 @@ fn pending_confirmation(completion: &Value) -> Value {
     assert_eq!(completion["skillhost"]["status"], "pending_confirmation");
     let confirmation = completion["skillhost"]["confirmation"].clone();
     assert_eq!(confirmation["tool"], "applyRefund");
-    assert_eq!(
-        confirmation["arguments"],
-        json!({"orderId": "88231", "reason": "the robot vacuum is broken"})
-    );
+    assert_eq!(confirmation["arguments"], refund_input());
     let content = completion["choices"][0]["message"]["content"]
         .as_str()
         .unwrap();
@@ -471,12 +482,7 @@ async fn a_run_the_gateway_holds_goes_on_when_its_embedder_answers_and_waits_the
 /// A refund of 88231 invoked at the gateway, waiting for approval: the
 /// `202` body and the path of its run's record.
 async fn refund_accepted(served: &Served) -> (Value, String) {
-    let (status, accepted) = served
-        .invoke(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .await;
+    let (status, accepted) = served.invoke("processRefund", refund_input()).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
     let run_path = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
     (accepted, run_path)
@@ -591,10 +597,7 @@ async fn refund_waiting(
 ) -> (RunHandle<SkillOutput>, PendingConfirmation) {
     let run = served
         .host
-        .invoke(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
+        .invoke("processRefund", refund_input())
         .expect("started");
     loop {
         if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
@@ -647,11 +650,6 @@ async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() 
     })
     .await;
     let mut events = served.host.subscribe();
-    let post = |path: String, key: &str, body: Value| {
-        let request = served.http.post(served.url(&path)).bearer_auth(key);
-        async move { read(request.json(&body).send().await.unwrap()).await }
-    };
-    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
     // Rejected with the admin key, then with a key without a name, then
     // approved with a named one.
     let answers = [
@@ -663,13 +661,14 @@ async fn a_confirmation_answered_with_a_key_is_resolved_on_behalf_of_its_name() 
         ("k-support", json!({"decision": "approve"})),
     ];
     for (key, answer) in &answers {
-        let path = "/v1/skills/processRefund/invoke".to_owned();
-        let (status, pending) = post(path, "k-plain", refund.clone()).await;
+        let (status, pending) = served
+            .post_as("k-plain", "/v1/skills/processRefund/invoke", refund_input())
+            .await;
         assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
         // Who asked is shown to whoever answers.
         assert_eq!(pending["confirmation"]["requested_by"], "api-key-2");
         let path = pending["confirmation"]["answer"]["path"].as_str().unwrap();
-        let (status, done) = post(path.to_owned(), key, answer.clone()).await;
+        let (status, done) = served.post_as(key, path, answer.clone()).await;
         assert_eq!(status, StatusCode::OK, "{done:#}");
     }
     let mut resolutions = Vec::new();
@@ -712,17 +711,16 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
         ..Setup::default()
     })
     .await;
-    let post = |path: &str, key: &str, body: Value| {
-        let request = served.http.post(served.url(path)).bearer_auth(key);
-        async move { read(request.json(&body).send().await.unwrap()).await }
-    };
-    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
-    let (status, pending) = post("/v1/skills/processRefund/invoke", "k-desk", refund).await;
+    let (status, pending) = served
+        .post_as("k-desk", "/v1/skills/processRefund/invoke", refund_input())
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
     assert_eq!(pending["confirmation"]["separate_approver"], true);
     let answer = pending["confirmation"]["answer"]["path"].as_str().unwrap();
 
-    let (status, refused) = post(answer, "k-desk", json!({"decision": "approve"})).await;
+    let (status, refused) = served
+        .post_as("k-desk", answer, json!({"decision": "approve"}))
+        .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");
     assert_eq!(refused["error"]["code"], "separate_approver_required");
     let message = refused["error"]["message"].as_str().unwrap();
@@ -740,7 +738,9 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
     assert_eq!(waiting["confirmation"], pending["confirmation"]);
 
     // The admin key is another key: it may approve.
-    let (status, done) = post(answer, "k-admin", json!({"decision": "approve"})).await;
+    let (status, done) = served
+        .post_as("k-admin", answer, json!({"decision": "approve"}))
+        .await;
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
     let (status, resolved) = served.get_as("k-desk", answer).await;
@@ -797,13 +797,9 @@ async fn a_run_s_record_is_shown_to_whom_it_acts_for_and_the_admin_only() {
         ..Setup::default()
     })
     .await;
-    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
-    let request = served
-        .http
-        .post(served.url("/v1/skills/processRefund/invoke"))
-        .bearer_auth("k-desk")
-        .json(&refund);
-    let (status, accepted) = read(request.send().await.unwrap()).await;
+    let (status, accepted) = served
+        .post_as("k-desk", "/v1/skills/processRefund/invoke", refund_input())
+        .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{accepted:#}");
     let run = format!("/v1/runs/{}", accepted["run"].as_str().unwrap());
 
@@ -846,17 +842,13 @@ async fn an_application_names_who_answers_a_confirmation() {
     let (run, pending) = refund_waiting(&served, &mut events).await;
     // A run the embedder started on nobody's behalf.
     assert_eq!(pending.requested_by, None);
-    let (status, answered) = read(
-        served
-            .http
-            .post(served.url(&format!("/v1/confirmations/{}", pending.id)))
-            .bearer_auth("k1")
-            .json(&json!({"decision": "approve"}))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let (status, answered) = served
+        .post_as(
+            "k1",
+            &format!("/v1/confirmations/{}", pending.id),
+            json!({"decision": "approve"}),
+        )
+        .await;
     assert_eq!(status, StatusCode::OK, "{answered:#}");
     assert!(answered["confirmation"].get("requested_by").is_none());
     assert_eq!(answered["decision"], "approved");
@@ -1402,9 +1394,8 @@ async fn a_nested_gateway_names_its_own_routes_under_its_mount() {
         ..Setup::default()
     })
     .await;
-    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
     let (status, pending) = served
-        .post("/ai/v1/skills/processRefund/invoke", refund)
+        .post("/ai/v1/skills/processRefund/invoke", refund_input())
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
     let id = pending["confirmation"]["id"].as_str().unwrap();
@@ -1501,13 +1492,7 @@ async fn invoke_runs_steps_without_a_model_and_waits_for_approval_with_202() {
         "{order:#}"
     );
 
-    let (status, pending) = served
-        .invoke(
-            "processRefund",
-            json!({"orderId": "88231", "reason": "the robot vacuum is broken"}),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+    let (pending, _) = refund_accepted(&served).await;
     assert_eq!(pending["status"], "pending_confirmation");
     assert_eq!(pending["confirmation"]["tool"], "applyRefund");
     assert!(served.db.refunds_for("88231").unwrap().is_empty());
@@ -1539,7 +1524,7 @@ async fn one_client_past_its_share_of_waiting_runs_is_answered_429_and_others_st
             .http
             .post(served.url("/v1/skills/processRefund/invoke"))
             .bearer_auth(key)
-            .json(&json!({"orderId": "88231", "reason": "the robot vacuum is broken"}))
+            .json(&refund_input())
             .send()
     };
     let (status, first) = read(invoke("k-web").await.unwrap()).await;
@@ -1579,10 +1564,9 @@ async fn runs_waiting_for_a_person_are_capped_and_one_past_the_cap_writes_nothin
         ..GatewayConfig::default()
     })
     .await;
-    let refund = json!({"orderId": "88231", "reason": "the robot vacuum is broken"});
-    let (status, first) = served.invoke("processRefund", refund.clone()).await;
+    let (status, first) = served.invoke("processRefund", refund_input()).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{first:#}");
-    let (status, body) = served.invoke("processRefund", refund.clone()).await;
+    let (status, body) = served.invoke("processRefund", refund_input()).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:#}");
     let message = error_of(&body, "too_many_pending_confirmations")["message"]
         .as_str()
@@ -1600,7 +1584,7 @@ async fn runs_waiting_for_a_person_are_capped_and_one_past_the_cap_writes_nothin
     assert_eq!(status, StatusCode::OK, "{done:#}");
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
     // Room again: the next run to reach a confirmation waits for it.
-    let (status, again) = served.invoke("processRefund", refund).await;
+    let (status, again) = served.invoke("processRefund", refund_input()).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{again:#}");
 }
 
