@@ -36,13 +36,18 @@ pub struct OwnedRun<T: Ledgered + Send + 'static> {
     /// Where the run is recorded as it waits for a person and, once it has
     /// waited, as it ends.
     ledger: Arc<RunLedger>,
-    waited: bool,
-    /// Whom the run acts for, as its confirmations say: whose record it is.
-    owner: Option<String>,
+    /// Set once the run has waited, so is in the ledger.
+    on_record: Option<OnRecord>,
     /// What the response being written reports (see
     /// [`OwnedRun::begin_response`]), from the run's events.
     tally: Tally,
     abort_on_drop: bool,
+}
+
+/// A run in the ledger.
+struct OnRecord {
+    /// Whom the run acts for, as its confirmations say: whose record it is.
+    owner: Option<String>,
 }
 
 /// What a response reports of its run beside the answer, counted from the
@@ -129,8 +134,7 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
         Self {
             handle: Some(handle),
             ledger,
-            waited: false,
-            owner: None,
+            on_record: None,
             tally: Tally::default(),
             abort_on_drop: true,
         }
@@ -192,13 +196,13 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
     /// parks it, so before an answer can resume it and its end be recorded.
     fn waits(mut self, pending: PendingConfirmation) -> Progress<T> {
         if let Some(handle) = &self.handle {
-            self.owner.clone_from(&pending.requested_by);
+            let owner = pending.requested_by.clone();
             self.ledger.record(
                 &handle.id,
-                self.owner.as_deref(),
+                owner.as_deref(),
                 RunState::Waiting(pending.clone()),
             );
-            self.waited = true;
+            self.on_record = Some(OnRecord { owner });
         }
         Progress::Pending {
             run: self,
@@ -214,10 +218,13 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
             let result = Err(AgentError::Aborted("the run was already finished".into()));
             return Progress::Finished { result, tally };
         };
-        let waited = self.waited.then(|| handle.id.clone());
+        let recorded = self
+            .on_record
+            .take()
+            .map(|record| (handle.id.clone(), record));
         let result = handle.result().await;
-        if let Some(id) = waited {
-            self.ledger.ended(&id, self.owner.as_deref(), &result);
+        if let Some((id, record)) = recorded {
+            self.ledger.ended(&id, record.owner.as_deref(), &result);
         }
         Progress::Finished { result, tally }
     }
@@ -230,24 +237,26 @@ impl<T: Ledgered + Send + 'static> Drop for OwnedRun<T> {
         };
         if self.abort_on_drop {
             handle.abort();
-            if self.waited {
+            if let Some(record) = &self.on_record {
                 let aborted = AgentError::Aborted(
                     "nobody held the run any more: its request ended or timed out, or its \
                      confirmation expired while it waited"
                         .into(),
                 );
                 self.ledger
-                    .ended::<T>(&handle.id, self.owner.as_deref(), &Err(aborted));
+                    .ended::<T>(&handle.id, record.owner.as_deref(), &Err(aborted));
             }
-        } else if let (true, Ok(runtime)) = (self.waited, tokio::runtime::Handle::try_current()) {
+        } else if let (Some(record), Ok(runtime)) =
+            (self.on_record.take(), tokio::runtime::Handle::try_current())
+        {
             // Answered, it goes on without its request: its end is still
             // recorded for whoever looks it up. Its events go to no one.
             let mut handle = handle;
             handle.events.close();
-            let (ledger, owner) = (self.ledger.clone(), self.owner.take());
+            let ledger = self.ledger.clone();
             runtime.spawn(async move {
                 let id = handle.id.clone();
-                ledger.ended(&id, owner.as_deref(), &handle.result().await);
+                ledger.ended(&id, record.owner.as_deref(), &handle.result().await);
             });
         }
     }
