@@ -438,6 +438,26 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
     assert!(error.to_string().contains("memory"), "{error}");
 }
 
+/// The SDK's allocator: blocks grown, moved and freed inside its arena and
+/// past its end (in dlmalloc) keep their bytes, and a zeroed block taken
+/// where a dirty one was given back is zero.
+#[tokio::test]
+async fn guest_heap_blocks_keep_their_bytes_inside_and_past_the_arena() {
+    let host = DemoHost::new();
+    let skill = host.load(&fixture("heap-churn")).await;
+    // The arena is 256 KiB: the first size stays inside it, the second
+    // (two buffers of 1 MiB) runs past it.
+    for bytes in [10_000, 1 << 20] {
+        let input = json!({ "bytes": bytes });
+        let report = skill
+            .run_with_limits(&input, host.tools.clone(), ample_time())
+            .await
+            .unwrap_or_else(|e| panic!("{bytes} bytes: {e}"));
+        let expected = json!({ "lengths": [bytes, bytes], "intact": true, "zeroed": true });
+        assert_eq!(report.outcome, RunOutcome::Done(expected), "{bytes} bytes");
+    }
+}
+
 #[tokio::test]
 async fn call_storm_is_stopped_by_the_tool_call_limit() {
     let limits = Limits {

@@ -1,14 +1,23 @@
-//! The guest's allocator: dlmalloc, as in std, fed first from a region that
-//! is part of the instance's initial memory.
+//! The guest's allocator: a bump arena inside the instance's initial memory,
+//! then dlmalloc (as in std) on pages from `memory.grow`.
 //!
-//! std's wasm allocator takes every segment with `memory.grow`, so each
-//! invocation of a fresh instance grows its memory at least once. The host
-//! then has to make the new pages accessible and, when it reuses the memory
-//! slot for the next instance, inaccessible again: two `mprotect` calls and a
-//! TLB shootdown per invocation. Serving the first segment from a static
-//! arena (zeroed `.bss`, inside the initial memory) keeps typical invocations
-//! from ever growing memory; larger ones still grow as before, and the host's
-//! memory limit bounds them the same way.
+//! The host gives every invocation a fresh instance, so the heap lives for
+//! one invocation and starts empty. A bump allocator suits that: taking
+//! memory is a pointer increment, and giving it back is free. Two things
+//! keep it from wasting much:
+//!
+//! - the most recent allocation is given back for real, and grows and
+//!   shrinks in place (a `String` or `Vec` being built, the JSON writer's
+//!   buffer);
+//! - the arena is bounded ([`ARENA_BYTES`]): once it is used up, further
+//!   allocations go to dlmalloc, which reuses what is freed, so an
+//!   invocation that allocates and frees a lot behaves as with std's
+//!   allocator, within the host's memory limit.
+//!
+//! The arena is zeroed `.bss` in the initial memory, so typical invocations
+//! never grow memory either: a growth costs the host two `mprotect` calls (to
+//! make the pages accessible, and inaccessible again when it reuses the
+//! memory slot for the next instance).
 
 #![cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 
@@ -26,31 +35,17 @@ const WASM_PAGE_BYTES: usize = 64 << 10;
 /// initial memory for dirty pages after each instance.
 const ARENA_BYTES: usize = 256 << 10;
 
-/// The arena: 64 KiB-aligned like the pages dlmalloc gets from `memory.grow`.
-#[repr(C, align(65536))]
+#[repr(C, align(16))]
 struct Arena(UnsafeCell<[u8; ARENA_BYTES]>);
 
 static ARENA: Arena = Arena(UnsafeCell::new([0; ARENA_BYTES]));
 
-/// dlmalloc's source of segments: the arena once, then `memory.grow`.
-struct ArenaFirst {
-    arena_taken: UnsafeCell<bool>,
-}
+/// dlmalloc's source of segments once the arena is used up: `memory.grow`.
+struct GrowMemory;
 
-// SAFETY: wasm32 without the atomics feature has a single thread.
-unsafe impl Sync for Arena {}
-unsafe impl Send for ArenaFirst {}
-
-// SAFETY: every segment returned is memory no one else uses: the arena is
-// handed out at most once, and `memory.grow` adds fresh pages for the rest.
-unsafe impl Allocator for ArenaFirst {
+// SAFETY: every segment returned is fresh pages `memory.grow` just added.
+unsafe impl Allocator for GrowMemory {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
-        // SAFETY: single-threaded (see above), and not reentrant.
-        let taken = unsafe { &mut *self.arena_taken.get() };
-        if !*taken && size <= ARENA_BYTES {
-            *taken = true;
-            return (ARENA.0.get().cast(), ARENA_BYTES, 0);
-        }
         // As dlmalloc's own wasm source does it.
         let pages = size.div_ceil(WASM_PAGE_BYTES);
         let previous = core::arch::wasm32::memory_grow(0, pages);
@@ -61,7 +56,11 @@ unsafe impl Allocator for ArenaFirst {
         let len = pages * WASM_PAGE_BYTES;
         // A segment ending at the top of the 4 GiB address space would make a
         // pointer wrap to 0: keep its last bytes out of the heap.
-        let len = if start.wrapping_add(len) == 0 { len - 16 } else { len };
+        let len = if start.wrapping_add(len) == 0 {
+            len - 16
+        } else {
+            len
+        };
         (start as *mut u8, len, 0)
     }
 
@@ -82,7 +81,7 @@ unsafe impl Allocator for ArenaFirst {
     }
 
     fn allocates_zeros(&self) -> bool {
-        // A fresh instance's `.bss` and grown pages are both zero.
+        // Grown pages are zero.
         true
     }
 
@@ -91,43 +90,119 @@ unsafe impl Allocator for ArenaFirst {
     }
 }
 
-struct GuestHeap(UnsafeCell<Dlmalloc<ArenaFirst>>);
+struct GuestHeap {
+    /// Offset of the arena's first free byte; everything below it is handed
+    /// out (or lost to alignment, or freed but not on top).
+    top: UnsafeCell<usize>,
+    overflow: UnsafeCell<Dlmalloc<GrowMemory>>,
+}
 
-// SAFETY: single-threaded (see above).
+// SAFETY: wasm32 without the atomics feature has a single thread.
+unsafe impl Sync for Arena {}
 unsafe impl Sync for GuestHeap {}
+unsafe impl Send for GrowMemory {}
 
 #[global_allocator]
-static HEAP: GuestHeap = GuestHeap(UnsafeCell::new(Dlmalloc::new_with_allocator(ArenaFirst {
-    arena_taken: UnsafeCell::new(false),
-})));
+static HEAP: GuestHeap = GuestHeap {
+    top: UnsafeCell::new(0),
+    overflow: UnsafeCell::new(Dlmalloc::new_with_allocator(GrowMemory)),
+};
+
+fn arena_start() -> usize {
+    ARENA.0.get() as usize
+}
 
 impl GuestHeap {
-    /// SAFETY: callers must not hold the returned reference across another
-    /// call; the allocator is never reentered on one thread.
+    /// SAFETY (for both accessors): callers must not hold the returned
+    /// reference across another call; the allocator is never reentered on
+    /// one thread.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn get(&self) -> &mut Dlmalloc<ArenaFirst> {
-        unsafe { &mut *self.0.get() }
+    unsafe fn top(&self) -> &mut usize {
+        unsafe { &mut *self.top.get() }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn overflow(&self) -> &mut Dlmalloc<GrowMemory> {
+        unsafe { &mut *self.overflow.get() }
+    }
+
+    /// The arena's block for `layout`, or `None` when it has no room left.
+    unsafe fn bump(&self, layout: Layout) -> Option<*mut u8> {
+        let top = unsafe { self.top() };
+        let start = (arena_start() + *top).next_multiple_of(layout.align());
+        let end = start.checked_add(layout.size())?;
+        if end > arena_start() + ARENA_BYTES {
+            return None;
+        }
+        *top = end - arena_start();
+        Some(start as *mut u8)
+    }
+
+    fn in_arena(ptr: *mut u8) -> bool {
+        (arena_start()..arena_start() + ARENA_BYTES).contains(&(ptr as usize))
+    }
+
+    /// Whether the block at `ptr` of `size` bytes is the arena's last.
+    unsafe fn on_top(&self, ptr: *mut u8, size: usize) -> bool {
+        ptr as usize + size == arena_start() + unsafe { *self.top() }
     }
 }
 
-// SAFETY: delegates to dlmalloc, which upholds `GlobalAlloc`'s contract.
+// SAFETY: arena blocks never overlap (each starts at or above the top, which
+// only moves down past a block that was given back); the rest is dlmalloc,
+// which upholds `GlobalAlloc`'s contract.
 unsafe impl GlobalAlloc for GuestHeap {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        unsafe { self.get().malloc(layout.size(), layout.align()) }
+        match unsafe { self.bump(layout) } {
+            Some(block) => block,
+            None => unsafe { self.overflow().malloc(layout.size(), layout.align()) },
+        }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        unsafe { self.get().calloc(layout.size(), layout.align()) }
+        match unsafe { self.bump(layout) } {
+            Some(block) => {
+                // A block given back and taken again is not zero any more.
+                unsafe { block.write_bytes(0, layout.size()) };
+                block
+            }
+            None => unsafe { self.overflow().calloc(layout.size(), layout.align()) },
+        }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { self.get().free(ptr, layout.size(), layout.align()) }
+        if !Self::in_arena(ptr) {
+            return unsafe { self.overflow().free(ptr, layout.size(), layout.align()) };
+        }
+        if unsafe { self.on_top(ptr, layout.size()) } {
+            unsafe { *self.top() = ptr as usize - arena_start() };
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        unsafe {
-            self.get()
-                .realloc(ptr, layout.size(), layout.align(), new_size)
+        if !Self::in_arena(ptr) {
+            return unsafe {
+                self.overflow()
+                    .realloc(ptr, layout.size(), layout.align(), new_size)
+            };
         }
+        let fits_in_place = ptr as usize + new_size <= arena_start() + ARENA_BYTES;
+        if unsafe { self.on_top(ptr, layout.size()) } && fits_in_place {
+            unsafe { *self.top() = ptr as usize + new_size - arena_start() };
+            return ptr;
+        }
+        if new_size <= layout.size() {
+            return ptr;
+        }
+        // SAFETY: `GlobalAlloc::realloc` requires a valid layout for the new size.
+        let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        let moved = unsafe { self.alloc(new_layout) };
+        if !moved.is_null() {
+            unsafe {
+                ptr::copy_nonoverlapping(ptr, moved, layout.size());
+                self.dealloc(ptr, layout);
+            }
+        }
+        moved
     }
 }
