@@ -70,6 +70,10 @@ use hyper::{Request, StatusCode, header};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+/// The `skillhost` binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const INVOKE_PATH: &str = "/v1/skills/processRefund/invoke";
 const REQUEST_BODY: &[u8] = br#"{"orderId":"88231","reason":"quality problem"}"#;
 /// What every measured answer contains (see the module docs for the path).

@@ -49,6 +49,10 @@ use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{self, DemoDb};
 use skillhost::tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 
+/// The `skillhost` binary's allocator, so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A demo tool's spec with a canned answer: the host's work without SQLite.
 struct FixedTool {
     spec: ToolSpec,
