@@ -129,7 +129,7 @@ impl GuestHeap {
     /// The arena's block for `layout`, or `None` when it has no room left.
     unsafe fn bump(&self, layout: Layout) -> Option<*mut u8> {
         let top = unsafe { self.top() };
-        let start = (arena_start() + *top).next_multiple_of(layout.align());
+        let start = (arena_start() + *top).checked_next_multiple_of(layout.align())?;
         let end = start.checked_add(layout.size())?;
         if end > arena_start() + ARENA_BYTES {
             return None;
