@@ -734,47 +734,65 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
     assert_eq!(work.refunds_of_88231(), 1);
 }
 
-/// A separate approver on a gateway without keys could never be named:
-/// `serve` says so at the start.
+/// An approver no key of the gateway goes by could never answer: a
+/// separate approver on a gateway without keys, or an approver's name no
+/// key has (a typo, a key not yet added). `serve` says so at the start.
 #[tokio::test]
-async fn serve_warns_that_a_separate_approver_needs_keys() {
-    let work = Workdir::new();
-    let command = work.configured_command(
-        "[confirmation]\nseparate_approver = true\n",
-        &["serve", "--listen", "127.0.0.1:0"],
-        &bundled(),
-    );
-    let Serving { started, .. } = serving(command).await;
-    assert!(
-        started
-            .iter()
-            .any(|line| line.contains("separate_approver is set but the gateway has no keys")),
-        "{started:#?}"
-    );
+async fn serve_warns_of_approvers_no_key_goes_by() {
+    for (config, warning) in [
+        (
+            "[confirmation]\nseparate_approver = true\n",
+            "separate_approver is set but the gateway has no keys",
+        ),
+        (
+            "[confirmation.tool_approvers]\napplyRefund = [\"finance-desk\"]\n",
+            "names approvers that no key of this gateway goes by: finance-desk; the gateway has \
+             no keys",
+        ),
+    ] {
+        let work = Workdir::new();
+        let command =
+            work.configured_command(config, &["serve", "--listen", "127.0.0.1:0"], &bundled());
+        let Serving { started, .. } = serving(command).await;
+        assert!(
+            started.iter().any(|line| line.contains(warning)),
+            "{config}: {started:#?}"
+        );
+    }
 }
 
-/// `--yes` cannot stand in for a separate approver: the write is declined
-/// at once, saying why, instead of waiting for the confirmation to expire.
+/// `--yes` cannot stand in for a separate approver, nor for one of the
+/// approvers the policy names (it approves on behalf of nobody): the write
+/// is declined at once, saying why, instead of waiting for the
+/// confirmation to expire.
 #[tokio::test]
-async fn yes_declines_a_write_that_needs_a_separate_approver() {
-    let work = Workdir::new();
-    let mut command = work.configured_command(
-        "[confirmation]\nseparate_approver = true\n",
-        &[
-            "run",
-            "processRefund",
-            "--yes",
-            "--input",
-            r#"{"orderId":"88231","reason":"broken"}"#,
-        ],
-        &bundled(),
-    );
-    let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
-    assert!(
-        stdout.contains("needs approval by someone other than the requester"),
-        "{stdout}\n{stderr}"
-    );
-    assert_eq!(work.refunds_of_88231(), 0);
+async fn yes_declines_a_write_it_may_not_approve() {
+    for (config, why) in [
+        (
+            "separate_approver = true",
+            "needs approval by someone other than the requester",
+        ),
+        (
+            "approvers = [\"finance-desk\"]",
+            "may be approved only by `finance-desk`",
+        ),
+    ] {
+        let work = Workdir::new();
+        let mut command = work.configured_command(
+            &format!("[confirmation]\n{config}\n"),
+            &[
+                "run",
+                "processRefund",
+                "--yes",
+                "--input",
+                r#"{"orderId":"88231","reason":"broken"}"#,
+            ],
+            &bundled(),
+        );
+        let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+        assert!(stdout.contains(why), "{config}: {stdout}\n{stderr}");
+        assert_eq!(work.refunds_of_88231(), 0, "{config}");
+    }
 }
 
 #[tokio::test]

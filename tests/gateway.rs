@@ -780,6 +780,67 @@ async fn a_run_s_own_key_cannot_approve_its_write_when_a_separate_approver_is_re
     );
 }
 
+/// With approvers named for a tool, only their keys may approve its calls:
+/// another key, the admin's included, gets a 403 naming them and the write
+/// stays pending (it may still reject); an approver's key runs it.
+#[tokio::test]
+async fn only_a_tool_s_approvers_may_approve_its_calls() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            api_keys: vec![
+                ApiKey::named("support-desk", "k-desk"),
+                ApiKey::named("finance-desk", "k-finance"),
+            ],
+            admin_key: Some("k-admin".into()),
+            ..GatewayConfig::default()
+        },
+        agent: AgentConfig {
+            confirmation: ConfirmationPolicy::default()
+                .tool_approvers("applyRefund", ["finance-desk"]),
+            ..AgentConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let (status, pending) = served
+        .post_as("k-desk", "/v1/skills/processRefund/invoke", refund_input())
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{pending:#}");
+    assert_eq!(
+        pending["confirmation"]["approvers"],
+        json!(["finance-desk"])
+    );
+    let answer = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+
+    for key in ["k-desk", "k-admin"] {
+        let (status, refused) = served
+            .post_as(key, answer, json!({"decision": "approve"}))
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");
+        let message = error_of(&refused, "approver_required")["message"].clone();
+        assert!(
+            message
+                .as_str()
+                .unwrap()
+                .contains("(applyRefund) may be approved only by `finance-desk`"),
+            "{message}"
+        );
+    }
+    assert_eq!(served.host.confirmations().pending().len(), 1);
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+
+    let (status, done) = served
+        .post_as("k-finance", answer, json!({"decision": "approve"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done:#}");
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    let (_, resolved) = served.get_as("k-desk", answer).await;
+    assert_eq!(
+        resolved["resolution"],
+        json!({"decision": "approved", "by": "finance-desk"})
+    );
+}
+
 /// A run's record is its requester's: another API key gets the 404 of an
 /// unknown run, the admin key sees it. The confirmation itself is for
 /// whoever may answer it.

@@ -1,6 +1,6 @@
 //! How the agent behaves. Every default is set and documented here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::catalog::DisclosureConfig;
@@ -106,6 +106,18 @@ pub struct ConfirmationPolicy {
     ///
     /// [`ConfirmError::SameApprover`]: super::ConfirmError::SameApprover
     pub separate_approver: bool,
+    /// Who may approve a call (principals: API keys' names, users' ids),
+    /// unless [`Self::tool_approvers`] names the tool: an approval on behalf
+    /// of anyone else, or of nobody, is refused
+    /// ([`ConfirmError::NotAnApprover`]); anyone may still reject. An empty
+    /// set lets nobody approve. Default: `None`, anyone may approve.
+    ///
+    /// [`ConfirmError::NotAnApprover`]: super::ConfirmError::NotAnApprover
+    pub approvers: Option<BTreeSet<String>>,
+    /// Who may approve a call of a given tool, in place of
+    /// [`Self::approvers`]: e.g. refunds by the finance desk alone.
+    /// Default: none.
+    pub tool_approvers: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Default for ConfirmationPolicy {
@@ -115,6 +127,8 @@ impl Default for ConfirmationPolicy {
             overrides: BTreeMap::new(),
             expiry: Duration::from_secs(600),
             separate_approver: false,
+            approvers: None,
+            tool_approvers: BTreeMap::new(),
         }
     }
 }
@@ -147,15 +161,43 @@ impl ConfirmationPolicy {
         self
     }
 
-    /// Checks that every per-tool exception names a tool of `tools`: a
+    /// Lets only `principals` approve a call ([`Self::approvers`]).
+    pub fn approvers<S: Into<String>>(mut self, principals: impl IntoIterator<Item = S>) -> Self {
+        self.approvers = Some(principals.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Lets only `principals` approve a call of `tool`
+    /// ([`Self::tool_approvers`]).
+    pub fn tool_approvers<S: Into<String>>(
+        mut self,
+        tool: impl Into<String>,
+        principals: impl IntoIterator<Item = S>,
+    ) -> Self {
+        let principals = principals.into_iter().map(Into::into).collect();
+        self.tool_approvers.insert(tool.into(), principals);
+        self
+    }
+
+    /// Who may approve a call of `tool`: `None` when anyone may.
+    pub fn approvers_of(&self, tool: &str) -> Option<&BTreeSet<String>> {
+        self.tool_approvers.get(tool).or(self.approvers.as_ref())
+    }
+
+    /// Checks that every per-tool setting names a tool of `tools`: a
     /// misspelt name would leave the tool it meant to the default, e.g. a
-    /// read meant to ask running unattended.
+    /// read meant to ask running unattended, or a refund anyone may approve.
     pub fn check(&self, tools: &ToolRegistry) -> Result<(), UnknownPolicyTool> {
-        let Some((tool, &asks)) = self
+        let mut settings = self
             .overrides
             .iter()
-            .find(|(tool, _)| !tools.contains(tool))
-        else {
+            .map(|(tool, &asks)| (tool, if asks { "always_ask" } else { "auto_approve" }))
+            .chain(
+                self.tool_approvers
+                    .keys()
+                    .map(|tool| (tool, "tool_approvers")),
+            );
+        let Some((tool, setting)) = settings.find(|(tool, _)| !tools.contains(tool)) else {
             return Ok(());
         };
         let known: Vec<&str> = tools.specs().map(|spec| spec.name.as_str()).collect();
@@ -166,7 +208,7 @@ impl ConfirmationPolicy {
             .unwrap_or_default();
         Err(UnknownPolicyTool {
             tool: tool.clone(),
-            setting: if asks { "always_ask" } else { "auto_approve" },
+            setting,
             known: known.join(", "),
             meant,
         })
@@ -191,7 +233,7 @@ impl ConfirmationPolicy {
 pub struct UnknownPolicyTool {
     /// The name given.
     pub tool: String,
-    /// `always_ask` or `auto_approve`.
+    /// `always_ask`, `auto_approve` or `tool_approvers`.
     pub setting: &'static str,
     known: String,
     meant: String,
@@ -240,5 +282,15 @@ mod tests {
         );
         let message = error.to_string();
         assert!(message.contains("did you mean `queryOrder`?"), "{message}");
+        let policy = ConfirmationPolicy::default().tool_approvers("applyRefund", ["finance"]);
+        assert_eq!(policy.check(&tools), Ok(()));
+        let error = policy
+            .tool_approvers("applyrefund", ["finance"])
+            .check(&tools)
+            .unwrap_err();
+        assert_eq!(
+            (error.tool.as_str(), error.setting),
+            ("applyrefund", "tool_approvers")
+        );
     }
 }

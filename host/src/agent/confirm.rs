@@ -18,7 +18,7 @@
 //! and counts as a rejection. A run that is dropped withdraws its
 //! confirmations.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -58,6 +58,11 @@ pub struct PendingConfirmation {
     /// it ([`ConfirmationPolicy::separate_approver`](super::ConfirmationPolicy::separate_approver)).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub separate_approver: bool,
+    /// Who alone may approve it, when the policy says
+    /// ([`ConfirmationPolicy::approvers_of`](super::ConfirmationPolicy::approvers_of));
+    /// absent, anyone may.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvers: Option<BTreeSet<String>>,
     /// When it expires unanswered (an HTTP date when serialized).
     #[serde(serialize_with = "http_date")]
     pub expires_at: SystemTime,
@@ -136,6 +141,33 @@ pub enum ConfirmError {
         requested_by: Option<String>,
         by: Option<String>,
     },
+    /// Only the policy's approvers may approve the confirmation
+    /// ([`ConfirmationPolicy::approvers_of`](super::ConfirmationPolicy::approvers_of)),
+    /// and this approval was on behalf of someone else (or of nobody). It
+    /// stays pending.
+    #[error(
+        "confirmation `{id}` ({tool}) may be approved only by {}: this approval is on behalf \
+         of {}; it is still pending",
+        list_of_names(approvers),
+        by.as_deref().map_or("nobody named".into(), |name| format!("`{name}`"))
+    )]
+    NotAnApprover {
+        id: String,
+        tool: String,
+        by: Option<String>,
+        approvers: Vec<String>,
+    },
+}
+
+/// The names quoted and joined for a sentence (`a`, `b` or `c`); `nobody`
+/// for none.
+fn list_of_names(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|name| format!("`{name}`")).collect();
+    match quoted.split_last() {
+        None => "nobody".to_owned(),
+        Some((last, [])) => last.clone(),
+        Some((last, others)) => format!("{} or {last}", others.join(", ")),
+    }
 }
 
 /// What to do with a pending confirmation ([`Confirmations::answer`],
@@ -197,6 +229,31 @@ pub struct Confirmations {
     activity: Activity,
 }
 
+/// Whether `by` may approve `pending`: someone other than the requester
+/// when a separate approver is needed, and one of the approvers when the
+/// policy names them. Either way, an approval on behalf of nobody is not.
+fn may_approve(pending: &PendingConfirmation, by: Option<&str>) -> Result<(), ConfirmError> {
+    let id = pending.id.as_str();
+    if pending.separate_approver && (by.is_none() || by == pending.requested_by.as_deref()) {
+        return Err(ConfirmError::SameApprover {
+            id: id.to_owned(),
+            requested_by: pending.requested_by.clone(),
+            by: by.map(str::to_owned),
+        });
+    }
+    match &pending.approvers {
+        Some(approvers) if !by.is_some_and(|by| approvers.contains(by)) => {
+            Err(ConfirmError::NotAnApprover {
+                id: id.to_owned(),
+                tool: pending.tool.clone(),
+                by: by.map(str::to_owned),
+                approvers: approvers.iter().cloned().collect(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 impl Confirmations {
     /// Approves `id`: the call runs with the arguments shown. Returns what
     /// was approved. To record who approved, use [`Confirmations::answer`].
@@ -234,14 +291,7 @@ impl Confirmations {
         };
         let mut slots = self.lock();
         if let (Answer::Approve { by }, Some(slot)) = (&answer, slots.get(id)) {
-            let pending = &slot.pending;
-            if pending.separate_approver && (by.is_none() || *by == pending.requested_by) {
-                return Err(ConfirmError::SameApprover {
-                    id: id.to_owned(),
-                    requested_by: pending.requested_by.clone(),
-                    by: by.clone(),
-                });
-            }
+            may_approve(&slot.pending, by.as_deref())?;
         }
         let Slot {
             pending,
@@ -271,9 +321,10 @@ impl Confirmations {
 
     /// Answers `id` for a caller that decides on the spot with no one else
     /// to ask (a script, `--yes`): an approval refused because the
-    /// confirmation needs a separate approver becomes a rejection that says
-    /// so, instead of leaving the run waiting until the confirmation
-    /// expires. Fails only when `id` is no longer pending.
+    /// confirmation needs a separate approver, or one of the policy's
+    /// approvers, becomes a rejection that says so, instead of leaving the
+    /// run waiting until the confirmation expires. Fails only when `id` is
+    /// no longer pending.
     pub fn answer_on_the_spot(
         &self,
         id: &str,
@@ -281,9 +332,9 @@ impl Confirmations {
         by: Option<String>,
     ) -> Result<PendingConfirmation, ConfirmError> {
         match self.answer(id, decision, by.clone()) {
-            Err(refused @ ConfirmError::SameApprover { .. }) => {
-                self.answer(id, Decision::Reject(Some(refused.to_string())), by)
-            }
+            Err(
+                refused @ (ConfirmError::SameApprover { .. } | ConfirmError::NotAnApprover { .. }),
+            ) => self.answer(id, Decision::Reject(Some(refused.to_string())), by),
             answered => answered,
         }
     }
@@ -350,6 +401,7 @@ impl Confirmations {
             summary: summarize(tool, &arguments),
             arguments,
             separate_approver: policy.separate_approver,
+            approvers: policy.approvers_of(tool).cloned(),
             expires_at: SystemTime::now() + expiry,
         };
         let (answer, receiver) = oneshot::channel();
@@ -744,20 +796,7 @@ mod tests {
                  the run: this approval is on behalf of `desk`; it is still pending"
             )
         );
-        assert_eq!(
-            store.pending().len(),
-            1,
-            "a refused approval leaves it pending"
-        );
-        store
-            .answer(id, Decision::Approve, Some("supervisor".into()))
-            .unwrap();
-        assert_eq!(
-            ticket.resolution().await,
-            Resolution::Approved {
-                by: Some("supervisor".into())
-            }
-        );
+        approve_the_one_pending(&store, ticket, "supervisor").await;
 
         // The requester may still say no; a run acting for nobody needs a
         // named approver.
@@ -779,6 +818,39 @@ mod tests {
         // A caller with no one else to ask declines instead of leaving the
         // run to wait for the expiry.
         let ticket = open_for(&store, None, Duration::from_secs(60), true);
+        let reason = declined_on_the_spot(&store, ticket).await;
+        assert!(
+            reason.contains("needs approval by someone other than the requester"),
+            "{reason}"
+        );
+    }
+
+    /// Approves `ticket`'s confirmation, the one left pending after refused
+    /// approvals, on behalf of `by`, and checks that its call gets that.
+    async fn approve_the_one_pending(store: &Confirmations, ticket: Ticket, by: &str) {
+        assert_eq!(
+            store.pending().len(),
+            1,
+            "a refused approval leaves it pending"
+        );
+        store
+            .answer(
+                ticket.pending().id.as_str(),
+                Decision::Approve,
+                Some(by.into()),
+            )
+            .unwrap();
+        assert_eq!(
+            ticket.resolution().await,
+            Resolution::Approved {
+                by: Some(by.into())
+            }
+        );
+    }
+
+    /// Approves `ticket`'s confirmation on the spot, on behalf of nobody, and
+    /// returns the reason of the rejection that approval became.
+    async fn declined_on_the_spot(store: &Confirmations, ticket: Ticket) -> String {
         store
             .answer_on_the_spot(ticket.pending().id.as_str(), Decision::Approve, None)
             .unwrap();
@@ -789,8 +861,87 @@ mod tests {
         else {
             panic!("declined with a reason");
         };
+        reason
+    }
+
+    /// Opens a confirmation of `tool` under `policy`, for a run acting for
+    /// `desk`.
+    fn open_under(store: &Confirmations, tool: &str, policy: &ConfirmationPolicy) -> Ticket {
+        store.open(
+            RunId::random(),
+            Some("desk".into()),
+            Caller::Main,
+            tool,
+            json!({"orderId": "88231"}),
+            policy,
+        )
+    }
+
+    #[tokio::test]
+    async fn only_the_policys_approvers_may_approve_and_anyone_may_reject() {
+        let store = Confirmations::default();
+        let policy = ConfirmationPolicy::default()
+            .approvers(["supervisor"])
+            .tool_approvers("applyRefund", ["finance", "cfo"]);
+
+        let refund = open_under(&store, "applyRefund", &policy);
+        let id = refund.pending().id.as_str();
+        assert_eq!(
+            refund.pending().approvers,
+            Some(["cfo".to_owned(), "finance".to_owned()].into())
+        );
+        for by in [Some("desk"), Some("supervisor"), None] {
+            let refused = store.answer(id, Decision::Approve, by.map(str::to_owned));
+            assert_eq!(
+                refused,
+                Err(ConfirmError::NotAnApprover {
+                    id: id.to_owned(),
+                    tool: "applyRefund".into(),
+                    by: by.map(str::to_owned),
+                    approvers: vec!["cfo".into(), "finance".into()],
+                }),
+                "{by:?}"
+            );
+        }
+        assert_eq!(
+            store
+                .answer(id, Decision::Approve, Some("desk".into()))
+                .unwrap_err()
+                .to_string(),
+            format!(
+                "confirmation `{id}` (applyRefund) may be approved only by `cfo` or `finance`: \
+                 this approval is on behalf of `desk`; it is still pending"
+            )
+        );
+        approve_the_one_pending(&store, refund, "finance").await;
+
+        // A tool without approvers of its own takes the policy's; the
+        // requester may still say no.
+        let address = open_under(&store, "change_address", &policy);
+        let id = address.pending().id.as_str();
+        assert_eq!(
+            address.pending().approvers,
+            Some(["supervisor".to_owned()].into())
+        );
         assert!(
-            reason.contains("needs approval by someone other than the requester"),
+            store
+                .answer(id, Decision::Approve, Some("finance".into()))
+                .is_err()
+        );
+        store
+            .answer(id, Decision::Reject(None), Some("desk".into()))
+            .unwrap();
+
+        // Without approvers, anyone may approve.
+        let open = open_under(&store, "applyRefund", &ConfirmationPolicy::default());
+        assert_eq!(open.pending().approvers, None);
+        store.approve(open.pending().id.as_str()).unwrap();
+
+        // A caller deciding on the spot declines, saying who may approve.
+        let ticket = open_under(&store, "applyRefund", &policy);
+        let reason = declined_on_the_spot(&store, ticket).await;
+        assert!(
+            reason.contains("may be approved only by `cfo` or `finance`"),
             "{reason}"
         );
     }

@@ -13,6 +13,7 @@
 //! `OPENAI_API_KEY` or the variable `[llm] api_key_env` names, header
 //! secrets of HTTP tools from `${VAR}`s.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -112,6 +113,9 @@ struct ConfirmationSection {
     always_ask: Vec<String>,
     expiry_secs: Option<u64>,
     separate_approver: Option<bool>,
+    approvers: Option<Vec<String>>,
+    #[serde(default)]
+    tool_approvers: BTreeMap<String, Vec<String>>,
 }
 
 /// `[llm]`: under `SKILLHOST_MODEL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`.
@@ -167,6 +171,27 @@ impl ConfigFile {
     fn parse(text: &str) -> anyhow::Result<Self> {
         // toml's errors carry the line, the column and the key at fault.
         let file: Self = toml::from_str(text)?;
+        let confirmation = &file.confirmation;
+        let approver_lists = confirmation
+            .approvers
+            .iter()
+            .map(|approvers| ("approvers".to_owned(), approvers))
+            .chain(
+                confirmation
+                    .tool_approvers
+                    .iter()
+                    .map(|(tool, approvers)| (format!("tool_approvers.{tool}"), approvers)),
+            );
+        for (key, approvers) in approver_lists {
+            anyhow::ensure!(
+                !approvers.is_empty(),
+                "[confirmation] {key} names nobody, so no call it covers could ever be \
+                 approved; name who may approve, or leave the key out to let anyone"
+            );
+            if let Some(blank) = approvers.iter().find(|name| name.trim().is_empty()) {
+                anyhow::bail!("[confirmation] {key} has a blank name ({blank:?})");
+            }
+        }
         if let Some(secs) = file.confirmation.expiry_secs {
             let most = MAX_EXPIRY.as_secs();
             anyhow::ensure!(
@@ -201,6 +226,12 @@ impl ConfigFile {
         }
         if let Some(separate) = confirmation.separate_approver {
             policy.separate_approver = separate;
+        }
+        if let Some(approvers) = &confirmation.approvers {
+            policy = policy.approvers(approvers);
+        }
+        for (tool, approvers) in &confirmation.tool_approvers {
+            policy = policy.tool_approvers(tool, approvers);
         }
         for tool in &confirmation.auto_approve {
             policy = policy.auto_approve(tool);
@@ -383,6 +414,37 @@ mod tests {
         let file = ConfigFile::parse("[confirmation]\nexpiry_secs = 2592000\n").unwrap();
         let policy = file.agent_config(None).confirmation;
         assert_eq!(policy.expiry, MAX_EXPIRY);
+    }
+
+    #[test]
+    fn approvers_are_read_and_a_list_naming_nobody_is_an_error_naming_the_key() {
+        let file = ConfigFile::parse(
+            "[confirmation]\napprovers = [\"supervisor\"]\n\
+             [confirmation.tool_approvers]\napplyRefund = [\"finance\", \"cfo\"]\n",
+        )
+        .unwrap();
+        let policy = file.agent_config(None).confirmation;
+        assert_eq!(
+            policy.approvers_of("applyRefund"),
+            Some(&["cfo".to_owned(), "finance".to_owned()].into())
+        );
+        assert_eq!(
+            policy.approvers_of("cancel_order"),
+            Some(&["supervisor".to_owned()].into())
+        );
+        for (text, key) in [
+            ("approvers = []", "approvers names nobody"),
+            (
+                "tool_approvers = { applyRefund = [] }",
+                "tool_approvers.applyRefund names nobody",
+            ),
+            ("approvers = [\" \"]", "approvers has a blank name"),
+        ] {
+            let error = ConfigFile::parse(&format!("[confirmation]\n{text}\n")).unwrap_err();
+            assert!(error.to_string().contains(key), "{error}");
+        }
+        let example = ConfigFile::parse(EXAMPLE).unwrap().agent_config(None);
+        assert_eq!(example.confirmation.approvers_of("applyRefund"), None);
     }
 
     #[test]

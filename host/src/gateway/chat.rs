@@ -147,6 +147,12 @@ fn refused_answer(error: &ConfirmError) -> ApiError {
             "separate_approver_required",
             error.to_string(),
         ),
+        ConfirmError::NotAnApprover { .. } => ApiError::new(
+            StatusCode::FORBIDDEN,
+            ErrorType::PermissionError,
+            "approver_required",
+            error.to_string(),
+        ),
     }
 }
 

@@ -34,6 +34,15 @@ impl ApiKey {
             key: key.into(),
         }
     }
+
+    /// The [`Principal`] a request presenting the key acts as: its name,
+    /// or `api-key-<position>` (from 1) without one.
+    pub fn principal(&self, position: usize) -> String {
+        match &self.name {
+            Some(name) => name.clone(),
+            None => format!("api-key-{position}"),
+        }
+    }
 }
 
 impl From<String> for ApiKey {
@@ -82,7 +91,7 @@ struct KeyHolder {
 impl KeyHolder {
     fn admin() -> Self {
         Self {
-            name: ADMIN.into(),
+            name: ADMIN_PRINCIPAL.into(),
             admin: true,
         }
     }
@@ -92,8 +101,8 @@ impl KeyHolder {
 /// open to anyone), or the error that refuses it.
 type Checked = Result<Option<KeyHolder>, ApiError>;
 
-/// The name the admin key goes by.
-const ADMIN: &str = "admin";
+/// The [`Principal`] a request presenting the admin key acts as.
+pub const ADMIN_PRINCIPAL: &str = "admin";
 
 /// SHA-256 digests of the configured keys, compared in constant time, with
 /// the names they go by.
@@ -119,13 +128,7 @@ impl Keys {
         let api = api
             .iter()
             .enumerate()
-            .filter_map(|(index, api)| {
-                let name = match &api.name {
-                    Some(name) => name.clone(),
-                    None => format!("api-key-{}", index + 1),
-                };
-                Some((key(&api.key)?, name.into()))
-            })
+            .filter_map(|(index, api)| Some((key(&api.key)?, api.principal(index + 1).into())))
             .collect();
         Self {
             api,

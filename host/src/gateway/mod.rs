@@ -152,7 +152,7 @@ use crate::tools::ToolContext;
 use crate::tools::http::Forwarded;
 pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
-pub use keys::{ApiKey, Principal};
+pub use keys::{ADMIN_PRINCIPAL, ApiKey, Principal};
 use keys::{Keys, require_admin_key, require_api_key};
 use ledger::RunLedger;
 use runs::{Parking, ParkingLimits};

@@ -357,10 +357,18 @@ pub fn confirmation_json(pending: &PendingConfirmation, answer_path: &str) -> Va
 /// The assistant text that stands for a pending confirmation, for clients
 /// that show only `content`.
 pub fn pending_text(pending: &PendingConfirmation, answer_path: &str) -> String {
+    let approvers = pending
+        .approvers
+        .as_ref()
+        .map(|names| {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            format!(" Only these may approve it: {}.", names.join(", "))
+        })
+        .unwrap_or_default();
     format!(
         "Approval needed before I continue: {}. Approve or reject it with POST {answer_path} and \
          the body {{\"decision\": \"approve\"}} or {{\"decision\": \"reject\", \"reason\": \"...\"}}; \
-         it expires {}.",
+         it expires {}.{approvers}",
         pending.summary,
         httpdate::fmt_http_date(pending.expires_at)
     )
@@ -430,6 +438,34 @@ pub fn usage_chunk(meta: &CompletionMeta, usage: Usage) -> Value {
 mod tests {
     use super::*;
     use crate::gateway::errors::parse_json;
+
+    #[test]
+    fn a_pending_confirmation_s_text_says_who_may_approve_it() {
+        let mut pending = PendingConfirmation {
+            id: crate::agent::ConfirmationId::random(),
+            run: RunId::random(),
+            requested_by: None,
+            caller: crate::agent::Caller::Main,
+            tool: "applyRefund".into(),
+            arguments: json!({"orderId": "88231"}),
+            summary: "applyRefund: orderId '88231'".into(),
+            separate_approver: false,
+            approvers: None,
+            expires_at: SystemTime::UNIX_EPOCH,
+        };
+        let text = pending_text(&pending, "/v1/confirmations/cf_1");
+        assert!(
+            text.starts_with("Approval needed before I continue: applyRefund"),
+            "{text}"
+        );
+        assert!(!text.contains("Only"), "{text}");
+        pending.approvers = Some(["cfo".to_owned(), "finance-desk".to_owned()].into());
+        let text = pending_text(&pending, "/v1/confirmations/cf_1");
+        assert!(
+            text.ends_with(" Only these may approve it: cfo, finance-desk."),
+            "{text}"
+        );
+    }
 
     #[test]
     fn clients_messages_convert_with_parts_and_developer_role() {

@@ -1,6 +1,7 @@
 //! `skillhost serve`: the HTTP gateway (`skillhost::gateway`) over the demo
 //! shop, with hot reload.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use skillhost::agent::ConfirmationPolicy;
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -130,6 +132,11 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
              --api-keys-file)",
         );
     }
+    warn_of_unknown_approvers(
+        &agent_config.confirmation,
+        &api_keys,
+        args.admin_key.is_some(),
+    );
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(skills_dir, policy)
         .runtime_config(runtime)
@@ -238,6 +245,45 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Warns of approvers the policy names that no key of this gateway goes by:
+/// a misspelt name, or a key not yet in the keys file, leaves the calls it
+/// covers approvable by nobody (they can still be rejected, or expire).
+fn warn_of_unknown_approvers(
+    policy: &ConfirmationPolicy,
+    api_keys: &[gateway::ApiKey],
+    admin_key: bool,
+) {
+    let mut principals: Vec<String> = api_keys
+        .iter()
+        .enumerate()
+        .map(|(index, key)| key.principal(index + 1))
+        .collect();
+    if admin_key {
+        principals.push(gateway::ADMIN_PRINCIPAL.to_owned());
+    }
+    let named = policy
+        .approvers
+        .iter()
+        .flatten()
+        .chain(policy.tool_approvers.values().flatten());
+    let unknown: BTreeSet<&String> = named.filter(|name| !principals.contains(name)).collect();
+    if unknown.is_empty() {
+        return;
+    }
+    let unknown: Vec<&str> = unknown.into_iter().map(String::as_str).collect();
+    let keys = if principals.is_empty() {
+        "the gateway has no keys".to_owned()
+    } else {
+        format!("its keys go by {}", principals.join(", "))
+    };
+    console::warn(&format!(
+        "[confirmation] names approvers that no key of this gateway goes by: {}; {keys}. \
+         Until a key with that name is added (--api-keys-file is read again when it changes), \
+         a call only they may approve can only be rejected or expire",
+        unknown.join(", ")
+    ));
 }
 
 /// Warns of the confirmations still waiting at exit: their runs end with
