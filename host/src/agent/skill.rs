@@ -118,7 +118,7 @@ async fn run_steps(
     let mut journal = Journal::default();
     loop {
         let dispatch = Arc::new(StepsDispatch::new(run.clone(), skill.manifest(), journal));
-        let result = skill.run(input, dispatch.clone()).await;
+        let result = skill.run_validated(input, dispatch.clone()).await;
         journal = dispatch.take_journal();
         // Whatever the steps made of the refusal, they did not do what was
         // approved in the way it was approved.

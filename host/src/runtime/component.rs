@@ -176,6 +176,47 @@ impl SkillComponent {
         dispatch: Arc<dyn ToolDispatch>,
         limits: Limits,
     ) -> Result<RunReport, InvokeError> {
+        self.traced(async {
+            self.ensure_steps()?;
+            self.validate_input(input)?;
+            self.invoke(input, dispatch, limits).await
+        })
+        .await
+    }
+
+    /// Like [`Self::run`], on an input the caller has checked with
+    /// [`Self::validate_input`] already: the agent refuses an invalid input
+    /// before it starts a run, then may run the steps several times (once
+    /// more after each approval).
+    pub(crate) async fn run_validated(
+        &self,
+        input: &Value,
+        dispatch: Arc<dyn ToolDispatch>,
+    ) -> Result<RunReport, InvokeError> {
+        let limits = self.inner.runtime.config().limits;
+        self.traced(async {
+            self.ensure_steps()?;
+            self.invoke(input, dispatch, limits).await
+        })
+        .await
+    }
+
+    fn ensure_steps(&self) -> Result<(), InvokeError> {
+        if self.manifest().has_steps {
+            Ok(())
+        } else {
+            Err(InvokeError::NoSteps {
+                skill: self.name().clone(),
+            })
+        }
+    }
+
+    /// Runs `invocation` in this skill's `skill_invocation` span (see
+    /// [`Self::run_with_limits`]) and records how it ended.
+    async fn traced(
+        &self,
+        invocation: impl Future<Output = Result<RunReport, InvokeError>>,
+    ) -> Result<RunReport, InvokeError> {
         let manifest = self.manifest();
         let span = tracing::info_span!(
             "skill_invocation",
@@ -188,10 +229,7 @@ impl SkillComponent {
         );
         // Not even the clock is read when the span is disabled.
         let started = (!span.is_disabled()).then(Instant::now);
-        let result = self
-            .invoke(input, dispatch, limits)
-            .instrument(span.clone())
-            .await;
+        let result = invocation.instrument(span.clone()).await;
         if let Some(started) = started {
             span.record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
         }
@@ -229,7 +267,7 @@ impl SkillComponent {
         sandboxed_store(self.inner.runtime.engine(), state)
     }
 
-    /// The invocation itself, for [`Self::run_with_limits`].
+    /// The invocation itself, of a skill with steps on a valid input.
     async fn invoke(
         &self,
         input: &Value,
@@ -237,10 +275,6 @@ impl SkillComponent {
         limits: Limits,
     ) -> Result<RunReport, InvokeError> {
         let skill = self.name().clone();
-        if !self.manifest().has_steps {
-            return Err(InvokeError::NoSteps { skill });
-        }
-        self.validate_input(input)?;
         let runtime = &self.inner.runtime;
         // Declared before the store, so dropped after it.
         let _slot = runtime.instance_slot().await;
