@@ -769,10 +769,15 @@ mod tests {
                 .await,
         );
         assert_eq!(message, "coupon C004 expired on 2026-06-01");
+        // A code as a person types it is the coupon it names.
         let order = registry
-            .call("create_order", json!({"coupon_id": "C001"}))
+            .call("create_order", json!({"coupon_id": " c001"}))
             .await
             .unwrap();
+        assert_eq!(order["coupon_id"], "C001");
+        let coupons = registry.call("query_coupons", json!({})).await.unwrap();
+        assert_eq!(coupons["coupons"][0]["coupon_id"], "C001");
+        assert_eq!(coupons["coupons"][0]["used_by_order"], "99002");
         assert_eq!(order["order_id"], "99002");
         assert_eq!(order["subtotal"], 1299.0);
         assert_eq!(order["amount"], 1199.0);

@@ -1004,9 +1004,12 @@ impl DemoDb {
             .iter()
             .map(|(line, _)| line.unit_price_cents * line.quantity)
             .sum();
-        let discount = match coupon_id {
-            Some(coupon_id) => usable_coupon_discount(&tx, coupon_id, subtotal, now)?,
-            None => 0,
+        let (coupon_id, discount) = match coupon_id {
+            Some(given) => {
+                let (coupon_id, discount) = usable_coupon(&tx, given, subtotal, now)?;
+                (Some(coupon_id), discount)
+            }
+            None => (None, 0),
         };
         let amount = (subtotal - discount).max(0);
         let order_id: i64 = tx.query_row_cached(
@@ -1045,7 +1048,7 @@ impl DemoDb {
                 params![line.product_id, line.quantity],
             )?;
         }
-        if let Some(coupon_id) = coupon_id {
+        if let Some(coupon_id) = &coupon_id {
             tx.execute_cached(
                 "UPDATE coupons SET used_by_order = ?2 WHERE coupon_id = ?1",
                 params![coupon_id, order_id],
@@ -1277,22 +1280,38 @@ impl DemoDb {
     }
 }
 
-/// The discount of a coupon the customer may use on `subtotal` now.
-fn usable_coupon_discount(
+/// The coupon `given` names (its id, whatever the case) and its discount,
+/// when the customer may use it on `subtotal` now.
+fn usable_coupon(
     conn: &Connection,
-    coupon_id: &str,
+    given: &str,
     subtotal: i64,
     now: ShopTime,
-) -> Result<i64, OpError> {
-    let (discount, min_spend, expires_on, used_by_order): (i64, i64, String, Option<String>) = conn
+) -> Result<(String, i64), OpError> {
+    // Coupon codes are read out and typed by people: `c001` is C001.
+    let (coupon_id, discount, min_spend, expires_on, used_by_order): (
+        String,
+        i64,
+        i64,
+        String,
+        Option<String>,
+    ) = conn
         .query_row_cached(
-            "SELECT discount_cents, min_spend_cents, expires_on, used_by_order
-             FROM coupons WHERE coupon_id = ?1 AND customer_id = ?2",
-            params![coupon_id, DEMO_CUSTOMER],
-            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+            "SELECT coupon_id, discount_cents, min_spend_cents, expires_on, used_by_order
+             FROM coupons WHERE coupon_id = ?1 COLLATE NOCASE AND customer_id = ?2",
+            params![given.trim(), DEMO_CUSTOMER],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                ))
+            },
         )
         .optional()?
-        .ok_or_else(|| OpError::Rejected(format!("coupon {coupon_id} not found")))?;
+        .ok_or_else(|| OpError::Rejected(format!("coupon {given} not found")))?;
     if let Some(order_id) = used_by_order {
         return Err(OpError::Rejected(format!(
             "coupon {coupon_id} was already used on order {order_id}"
@@ -1310,7 +1329,7 @@ fn usable_coupon_discount(
             money_text(subtotal)
         )));
     }
-    Ok(discount)
+    Ok((coupon_id, discount))
 }
 
 /// Why an order in `status` (not delivered) cannot be refunded, and what
