@@ -109,9 +109,20 @@ impl DemoDb {
             path: path.to_owned(),
             cause,
         })?;
+        let db = Self::init(conn, path)?;
+        // Set once the file is known to be the shop's, never on another
+        // application's. With a write-ahead log, readers (most calls) take
+        // no file locks and check no hot journal, and do not wait for a
+        // writer; a commit syncs the log only at checkpoints (`NORMAL`): a
+        // power cut may lose the last writes, never the file.
+        {
+            let conn = db.lock();
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+        }
         Ok(Self {
             in_file: true,
-            ..Self::init(conn, path)?
+            ..db
         })
     }
 
@@ -121,9 +132,9 @@ impl DemoDb {
         Self::init(Connection::open_in_memory()?, Path::new(":memory:"))
     }
 
-    /// Whether the database is a file, where an operation can block: it
-    /// syncs the file at each commit and waits up to SQLite's busy timeout
-    /// (rusqlite's 5 s) while another process holds the write lock.
+    /// Whether the database is a file, where an operation can block: a
+    /// checkpoint syncs the file, and a write waits up to SQLite's busy
+    /// timeout (rusqlite's 5 s) while another process holds the write lock.
     pub(super) fn in_file(&self) -> bool {
         self.in_file
     }
@@ -381,9 +392,22 @@ mod tests {
             .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
             .unwrap();
         assert_eq!(tables, 1, "nothing was added");
+        let journal_mode = |path: &Path| -> String {
+            Connection::open(path)
+                .unwrap()
+                .pragma_query_value(None, "journal_mode", |row| row.get(0))
+                .unwrap()
+        };
+        assert_eq!(
+            journal_mode(&other),
+            "delete",
+            "its journal is left as it was"
+        );
 
         let demo = dir.path().join("demo.db");
         drop(DemoDb::open(&demo).unwrap());
-        DemoDb::open(&demo).expect("the seeded file opens again");
+        let reopened = DemoDb::open(&demo).expect("the seeded file opens again");
+        assert_eq!(journal_mode(&demo), "wal");
+        drop(reopened);
     }
 }
