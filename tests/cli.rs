@@ -738,7 +738,7 @@ async fn ask_reads_the_llm_and_confirmation_policy_from_the_config_file() {
 /// separate approver on a gateway without keys, or an approver's name no
 /// key has (a typo, a key not yet added). `serve` says so at the start.
 #[tokio::test]
-async fn serve_warns_of_approvers_no_key_goes_by() {
+async fn serve_warns_of_settings_naming_no_key_or_skill() {
     for (config, warning) in [
         (
             "[confirmation]\nseparate_approver = true\n",
@@ -748,6 +748,10 @@ async fn serve_warns_of_approvers_no_key_goes_by() {
             "[confirmation.tool_approvers]\napplyRefund = [\"finance-desk\"]\n",
             "names approvers that no key of this gateway goes by: finance-desk; the gateway has \
              no keys",
+        ),
+        (
+            "[sandbox.skills.refundProcess]\ntool_calls = 1\n",
+            "[sandbox.skills] sets limits for skills that are not loaded: refundProcess;",
         ),
     ] {
         let work = Workdir::new();
@@ -793,6 +797,32 @@ async fn yes_declines_a_write_it_may_not_approve() {
         assert!(stdout.contains(why), "{config}: {stdout}\n{stderr}");
         assert_eq!(work.refunds_of_88231(), 0, "{config}");
     }
+}
+
+/// `[sandbox.skills.NAME]` sets one skill's limits over `[sandbox]`'s:
+/// with one tool call, processRefund's second (the refund) is refused and
+/// nothing is written, while inquireOrderStatus makes both of its calls.
+#[tokio::test]
+async fn a_skills_own_limits_from_the_config_file_apply_to_it_alone() {
+    let work = Workdir::new();
+    let config = "[sandbox]\ntool_calls = 8\n[sandbox.skills.processRefund]\ntool_calls = 1\n";
+    let run = |skill: &str, input: &str| {
+        work.configured_command(
+            config,
+            &["run", skill, "--yes", "--input", input],
+            &bundled(),
+        )
+    };
+    let mut refund = run("processRefund", r#"{"orderId":"88231","reason":"broken"}"#);
+    let (stdout, stderr) = expect_code(&output(&mut refund).await, 1);
+    assert!(
+        stderr.contains("applyRefund failed") && stderr.contains("at most 1 tool calls"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+    let mut inquire = run("inquireOrderStatus", r#"{"orderId":"88231"}"#);
+    let (stdout, stderr) = expect_code(&output(&mut inquire).await, 0);
+    assert!(stdout.contains("SF1234567890"), "{stdout}\n{stderr}");
 }
 
 #[tokio::test]

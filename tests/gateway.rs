@@ -1342,6 +1342,12 @@ async fn skill_listing_and_events_follow_a_hot_reload() {
         json!(["queryOrder", "applyRefund"])
     );
     assert_eq!(refund["last_error"], Value::Null);
+    // Each invocation's limits, the defaults here.
+    assert_eq!(
+        refund["limits"],
+        json!({"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": 32,
+               "output_bytes": 1 << 20, "log_lines": 256})
+    );
 
     let events = served
         .http

@@ -646,35 +646,103 @@ async fn invocations_beyond_the_pool_wait_for_a_slot() {
     assert_eq!(loading.await.unwrap().name().as_str(), "processRefund");
 }
 
-/// A sandbox whose memory limit is below what a component's memory starts
-/// at refuses it at load, and says so in those terms.
+/// A memory limit below what a component's memory starts at refuses it at
+/// load, and says so in those terms: the whole sandbox's, or the skill's own
+/// (other skills on that runtime still load).
 #[tokio::test]
 async fn a_component_needing_more_memory_than_the_limit_is_refused_saying_so() {
-    let runtime = Runtime::new(RuntimeConfig {
-        limits: Limits {
-            memory_bytes: 1 << 20,
-            ..Limits::default()
-        },
-        max_concurrent_instances: 2,
+    let one_mib = Limits {
+        memory_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    let sandbox_wide = RuntimeConfig {
+        limits: one_mib,
+        ..Default::default()
+    };
+    let its_own = RuntimeConfig {
+        skill_limits: [(SkillName::new("processRefund").unwrap(), one_mib)].into(),
+        ..Default::default()
+    };
+    for (config, others_load) in [(sandbox_wide, false), (its_own, true)] {
+        let mut host = DemoHost::new();
+        host.runtime = Runtime::new(RuntimeConfig {
+            max_concurrent_instances: 2,
+            ..config
+        })
+        .unwrap();
+        let bytes = std::fs::read(skill_file("processRefund")).unwrap();
+        let error = SkillComponent::load(&host.runtime, bytes, &host.tools)
+            .await
+            .err()
+            .expect("refused");
+        let LoadError::MemoryLimit { needs, allowed } = error else {
+            panic!("expected the memory limit, got {error}");
+        };
+        assert_eq!(allowed, 1 << 20);
+        assert!(needs > 1 << 20, "{needs}");
+        let message = error.to_string();
+        assert!(
+            message.contains("more than the 1.0 MiB the sandbox allows"),
+            "{message}"
+        );
+        if others_load {
+            let inquire = host.load(&skill_file("inquireOrderStatus")).await;
+            assert_eq!(inquire.limits(), Limits::default());
+        }
+    }
+}
+
+/// Limits set for one skill by name replace the defaults for it alone: the
+/// memory bomb may grow past the default (the pool's slots are sized for the
+/// largest limit) up to its own, and stops there; the refund skill keeps the
+/// defaults.
+#[tokio::test]
+async fn a_skills_own_limits_replace_the_defaults_for_it_alone() {
+    let defaults = Limits {
+        memory_bytes: 16 << 20,
+        ..ample_time()
+    };
+    let bomb_limits = Limits {
+        memory_bytes: 48 << 20,
+        ..defaults
+    };
+    let mut host = DemoHost::new();
+    host.runtime = Runtime::new(RuntimeConfig {
+        limits: defaults,
+        skill_limits: [(SkillName::new("memoryBomb").unwrap(), bomb_limits)].into(),
+        max_concurrent_instances: 4,
         ..Default::default()
     })
     .unwrap();
-    let host = DemoHost::new();
-    let bytes = std::fs::read(skill_file("processRefund")).unwrap();
-    let error = SkillComponent::load(&runtime, bytes, &host.tools)
+    let bomb = host.load(&fixture("memory-bomb")).await;
+    assert_eq!(bomb.limits(), bomb_limits);
+    let error = bomb
+        .run(&json!({}), host.tools.clone())
         .await
-        .err()
-        .expect("refused");
-    let LoadError::MemoryLimit { needs, allowed } = error else {
+        .expect_err("the bomb is stopped");
+    let InvokeError::LimitExceeded { limit, detail, .. } = &error else {
         panic!("expected the memory limit, got {error}");
     };
-    assert_eq!(allowed, 1 << 20);
-    assert!(needs > 1 << 20, "{needs}");
-    let message = error.to_string();
+    assert_eq!(*limit, Limit::Memory);
+    let grew_to: usize = detail
+        .strip_prefix("tried to grow linear memory to ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|bytes| bytes.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected detail: {detail}"));
     assert!(
-        message.contains("more than the 1.0 MiB the sandbox allows"),
-        "{message}"
+        grew_to > 16 << 20,
+        "stopped at the default instead: {detail}"
     );
+    assert!(
+        detail.ends_with(&format!("more than {} allowed", 48 << 20)),
+        "{detail}"
+    );
+
+    let refund = host.load(&skill_file("processRefund")).await;
+    assert_eq!(refund.limits(), defaults);
+    let input = json!({ "orderId": "88231", "reason": "broken" });
+    let report = refund.run(&input, host.tools.clone()).await.unwrap();
+    assert!(matches!(report.outcome, RunOutcome::Done(_)));
 }
 
 /// A skill answering `{"ok":true}` from `extra_memories` more core

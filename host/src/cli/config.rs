@@ -28,6 +28,7 @@ use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
 use skillhost::gateway::CorsOrigin;
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
+use skillhost::skills::SkillName;
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
 
@@ -139,6 +140,50 @@ struct SandboxSection {
     output_bytes: Option<usize>,
     log_lines: Option<u32>,
     max_instances: Option<u32>,
+    /// `[sandbox.skills.NAME]`: one skill's limits, over the ones above.
+    #[serde(default)]
+    skills: BTreeMap<String, LimitSettings>,
+}
+
+/// Limits as a table sets them, each over the one it stands in for.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitSettings {
+    execution_time_ms: Option<u64>,
+    memory_mib: Option<usize>,
+    tool_calls: Option<u32>,
+    output_bytes: Option<usize>,
+    log_lines: Option<u32>,
+}
+
+impl LimitSettings {
+    /// `defaults` with these settings over them. A zero time or memory is an
+    /// error naming the key, in `table`.
+    fn over(&self, defaults: Limits, table: &str) -> anyhow::Result<Limits> {
+        let at_least_one = |key: &str, value: Option<u64>| match value {
+            Some(0) => Err(anyhow::anyhow!(
+                "{table} {key} must be at least 1: with 0 no invocation could run"
+            )),
+            _ => Ok(()),
+        };
+        at_least_one("execution_time_ms", self.execution_time_ms)?;
+        at_least_one("memory_mib", self.memory_mib.map(|mib| mib as u64))?;
+        let memory_bytes = match self.memory_mib {
+            Some(mib) => mib
+                .checked_mul(1 << 20)
+                .with_context(|| format!("{table} memory_mib is too large"))?,
+            None => defaults.memory_bytes,
+        };
+        Ok(Limits {
+            execution_time: self
+                .execution_time_ms
+                .map_or(defaults.execution_time, Duration::from_millis),
+            memory_bytes,
+            tool_calls: self.tool_calls.unwrap_or(defaults.tool_calls),
+            output_bytes: self.output_bytes.unwrap_or(defaults.output_bytes),
+            log_lines: self.log_lines.unwrap_or(defaults.log_lines),
+        })
+    }
 }
 
 impl HostArgs {
@@ -243,42 +288,44 @@ impl ConfigFile {
         config
     }
 
-    /// `runtime` with the file's `[sandbox]` settings over it. A zero where
+    /// `runtime` with the file's `[sandbox]` settings over it, and each
+    /// `[sandbox.skills.NAME]` over those for that skill. A zero where
     /// nothing could run (time, memory, instances) is an error naming the
-    /// key.
+    /// key, and so is a name no skill could have.
     pub fn runtime_config(&self, runtime: RuntimeConfig) -> anyhow::Result<RuntimeConfig> {
         let sandbox = &self.sandbox;
-        let at_least_one = |key: &str, value: Option<u64>| match value {
-            Some(0) => Err(anyhow::anyhow!(
-                "[sandbox] {key} must be at least 1: with 0 no skill could run"
-            )),
-            _ => Ok(()),
-        };
-        at_least_one("execution_time_ms", sandbox.execution_time_ms)?;
-        at_least_one("memory_mib", sandbox.memory_mib.map(|mib| mib as u64))?;
-        at_least_one("max_instances", sandbox.max_instances.map(u64::from))?;
-        let defaults = runtime.limits;
-        let memory_bytes = match sandbox.memory_mib {
-            Some(mib) => mib
-                .checked_mul(1 << 20)
-                .context("[sandbox] memory_mib is too large")?,
-            None => defaults.memory_bytes,
-        };
+        if sandbox.max_instances == Some(0) {
+            anyhow::bail!("[sandbox] max_instances must be at least 1: with 0 no skill could run");
+        }
+        let limits = LimitSettings {
+            execution_time_ms: sandbox.execution_time_ms,
+            memory_mib: sandbox.memory_mib,
+            tool_calls: sandbox.tool_calls,
+            output_bytes: sandbox.output_bytes,
+            log_lines: sandbox.log_lines,
+        }
+        .over(runtime.limits, "[sandbox]")?;
+        let mut skill_limits = runtime.skill_limits;
+        for (name, settings) in &sandbox.skills {
+            let table = format!("[sandbox.skills.{name}]");
+            let skill =
+                SkillName::new(name).with_context(|| format!("{table} is not a skill's name"))?;
+            skill_limits.insert(skill, settings.over(limits, &table)?);
+        }
         Ok(RuntimeConfig {
-            limits: Limits {
-                execution_time: sandbox
-                    .execution_time_ms
-                    .map_or(defaults.execution_time, Duration::from_millis),
-                memory_bytes,
-                tool_calls: sandbox.tool_calls.unwrap_or(defaults.tool_calls),
-                output_bytes: sandbox.output_bytes.unwrap_or(defaults.output_bytes),
-                log_lines: sandbox.log_lines.unwrap_or(defaults.log_lines),
-            },
+            limits,
+            skill_limits,
             max_concurrent_instances: sandbox
                 .max_instances
                 .unwrap_or(runtime.max_concurrent_instances),
             ..runtime
         })
+    }
+
+    /// The skills `[sandbox.skills]` names, for a warning about those that
+    /// are not loaded.
+    pub fn skills_with_limits(&self) -> impl Iterator<Item = &str> {
+        self.sandbox.skills.keys().map(String::as_str)
     }
 
     /// The file's HTTP tools, their header secrets read from the
@@ -404,6 +451,48 @@ mod tests {
             let error = file.runtime_config(RuntimeConfig::default()).unwrap_err();
             assert!(error.to_string().contains(key), "{error}");
         }
+    }
+
+    #[test]
+    fn a_skills_own_limits_go_over_the_sandboxs_and_bad_ones_are_errors_naming_the_table() {
+        let file = ConfigFile::parse(
+            "[sandbox]\nexecution_time_ms = 500\ntool_calls = 8\n\
+             [sandbox.skills.processRefund]\nmemory_mib = 128\ntool_calls = 2\n",
+        )
+        .unwrap();
+        let config = file.runtime_config(RuntimeConfig::default()).unwrap();
+        let refund = config.limits_for(&SkillName::new("processRefund").unwrap());
+        assert_eq!(refund.memory_bytes, 128 << 20);
+        assert_eq!(refund.tool_calls, 2);
+        assert_eq!(
+            refund.execution_time,
+            Duration::from_millis(500),
+            "what the skill's table leaves out comes from [sandbox]"
+        );
+        let other = config.limits_for(&SkillName::new("inquireOrderStatus").unwrap());
+        assert_eq!(other, config.limits);
+        assert_eq!(config.widest_limits().memory_bytes, 128 << 20);
+        for (table, message) in [
+            (
+                "[sandbox.skills.processRefund]\nmemory_mib = 0\n",
+                "[sandbox.skills.processRefund] memory_mib must be at least 1",
+            ),
+            (
+                "[sandbox.skills.\"process refund\"]\ntool_calls = 1\n",
+                "[sandbox.skills.process refund] is not a skill's name",
+            ),
+            (
+                "[sandbox.skills.load_skill]\ntool_calls = 1\n",
+                "is reserved by the host",
+            ),
+        ] {
+            let file = ConfigFile::parse(table).unwrap();
+            let error = file.runtime_config(RuntimeConfig::default()).unwrap_err();
+            assert!(format!("{error:#}").contains(message), "{error:#}");
+        }
+        let error =
+            ConfigFile::parse("[sandbox.skills.processRefund]\nmax_instances = 2\n").unwrap_err();
+        assert!(error.to_string().contains("max_instances"), "{error}");
     }
 
     #[test]

@@ -62,7 +62,9 @@ use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
 use crate::skills::signature::SignaturePolicy;
 use crate::skills::watcher::WatchError;
-use crate::skills::{LoadProgress, ReloadEvent, SkillRegistry, SkillSnapshot, WatchHandle};
+use crate::skills::{
+    LoadProgress, ReloadEvent, SkillName, SkillRegistry, SkillSnapshot, WatchHandle,
+};
 use crate::tools::demo::{self, DemoDb};
 use crate::tools::{RegisterError, ToolRegistry};
 use events::Observers;
@@ -190,6 +192,13 @@ impl SkillHostBuilder {
     /// Per-invocation limits. Default: [`Limits::default`].
     pub fn limits(mut self, limits: Limits) -> Self {
         self.runtime.limits = limits;
+        self
+    }
+
+    /// Per-invocation limits of the skill `name`, in place of
+    /// [`SkillHostBuilder::limits`] (see [`RuntimeConfig::skill_limits`]).
+    pub fn skill_limits(mut self, name: SkillName, limits: Limits) -> Self {
+        self.runtime.skill_limits.insert(name, limits);
         self
     }
 

@@ -25,8 +25,12 @@ use crate::tools::ToolRegistry;
 pub enum LoadError {
     #[error("not a valid WebAssembly component: {0}")]
     Compile(String),
-    /// A memory the component declares starts larger than the sandbox lets
-    /// an invocation have ([`Limits::memory_bytes`]); refused when compiled.
+    /// The component's memories start larger than the sandbox lets an
+    /// invocation of it have ([`Limits::memory_bytes`]): than any skill may
+    /// have, refused when compiled; than this skill may have
+    /// ([`RuntimeConfig::limits_for`]), once its manifest names it.
+    ///
+    /// [`RuntimeConfig::limits_for`]: super::RuntimeConfig::limits_for
     #[error(
         "the component's memory starts at {}, more than the {} the sandbox allows an \
          invocation (its memory limit)",
@@ -57,6 +61,8 @@ struct SkillInner {
     digest: String,
     input_validator: jsonschema::Validator,
     allowed_tools: Arc<[String]>,
+    /// Each invocation's, as the runtime's config gives them for this name.
+    limits: Limits,
     pre: SkillPre<HostState>,
     /// Whether the guest can wait inside WASI, where the epoch deadline
     /// cannot stop it (see [`within_guest_time`]).
@@ -107,10 +113,18 @@ impl SkillComponent {
             .component_type()
             .imports(runtime.engine())
             .any(|(name, _)| name.starts_with("wasi:"));
-        let (raw, instructions) = describe(runtime, &pre, imports_wasi).await?;
-        let (manifest, input_validator) = Manifest::resolve(raw, tools)?;
+        let description = describe(runtime, &pre, imports_wasi).await?;
+        let (manifest, input_validator) = Manifest::resolve(description.manifest, tools)?;
+        let instructions = description.instructions;
         if !manifest.has_steps && instructions.trim().is_empty() {
             return Err(LoadError::EmptyInstructions(manifest.name));
+        }
+        let limits = runtime.config().limits_for(&manifest.name);
+        if description.initial_memory > limits.memory_bytes {
+            return Err(LoadError::MemoryLimit {
+                needs: description.initial_memory as u64,
+                allowed: limits.memory_bytes,
+            });
         }
         let allowed_tools = manifest.tools.clone().into();
         Ok(Self {
@@ -120,6 +134,7 @@ impl SkillComponent {
                 digest,
                 input_validator,
                 allowed_tools,
+                limits,
                 pre,
                 imports_wasi,
                 runtime: runtime.clone(),
@@ -143,6 +158,13 @@ impl SkillComponent {
         &self.inner.digest
     }
 
+    /// The limits of each invocation of this skill
+    /// ([`RuntimeConfig::limits_for`](super::RuntimeConfig::limits_for) its
+    /// name, when it loaded).
+    pub fn limits(&self) -> Limits {
+        self.inner.limits
+    }
+
     /// Checks `input` against the manifest's parameters schema.
     pub fn validate_input(&self, input: &Value) -> Result<(), InvokeError> {
         crate::schema::check(&self.inner.input_validator, input).map_err(|message| {
@@ -154,14 +176,13 @@ impl SkillComponent {
     }
 
     /// Runs the skill's deterministic steps on `input` in a fresh store with
-    /// the runtime's default limits.
+    /// its limits ([`Self::limits`]).
     pub async fn run(
         &self,
         input: &Value,
         dispatch: Arc<dyn ToolDispatch>,
     ) -> Result<RunReport, InvokeError> {
-        self.run_with_limits(input, dispatch, self.inner.runtime.config().limits)
-            .await
+        self.run_with_limits(input, dispatch, self.limits()).await
     }
 
     /// Like [`Self::run`], with explicit limits.
@@ -193,7 +214,7 @@ impl SkillComponent {
         input: &Value,
         dispatch: Arc<dyn ToolDispatch>,
     ) -> Result<RunReport, InvokeError> {
-        let limits = self.inner.runtime.config().limits;
+        let limits = self.limits();
         self.traced(async {
             self.ensure_steps()?;
             self.invoke(input, dispatch, limits).await
@@ -243,7 +264,7 @@ impl SkillComponent {
     #[doc(hidden)]
     pub async fn instantiate_only(&self) -> Result<(), InvokeError> {
         let runtime = &self.inner.runtime;
-        let limits = runtime.config().limits;
+        let limits = self.limits();
         let _slot = runtime.instance_slot().await;
         let (mut store, instance) =
             instantiate_in_pool(runtime, &self.inner.pre, self.inner.imports_wasi, || {
@@ -377,7 +398,7 @@ pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, Loa
 /// Compiles bytes for `runtime`'s engine, blocking the calling thread.
 fn compiler(runtime: &Runtime) -> impl Fn(&[u8]) -> Result<Component, LoadError> + Send + 'static {
     let engine = runtime.engine().clone();
-    let memory_limit = runtime.config().limits.memory_bytes;
+    let memory_limit = runtime.config().widest_limits().memory_bytes;
     move |bytes| {
         Component::new(&engine, bytes).map_err(|error| {
             // wasmtime refuses a memory larger than the pool's slots as a
@@ -482,17 +503,27 @@ async fn within_guest_time<T>(
     Err(store.data_mut().out_of_time(used))
 }
 
-/// Reads the manifest and instructions from a fresh, sandboxed instance. A
-/// guest that traps, loops or sleeps here is refused like any other bad
-/// component.
+/// What a component says of itself, read by [`describe`].
+struct Description {
+    manifest: types::Manifest,
+    instructions: String,
+    /// Bytes of linear memory its instance started with, all memories
+    /// together.
+    initial_memory: usize,
+}
+
+/// Reads the manifest and instructions from a fresh, sandboxed instance,
+/// within the widest limits any skill has (its own are known once the
+/// manifest names it). A guest that traps, loops or sleeps here is refused
+/// like any other bad component.
 async fn describe(
     runtime: &Runtime,
     pre: &SkillPre<HostState>,
     imports_wasi: bool,
-) -> Result<(types::Manifest, String), LoadError> {
+) -> Result<Description, LoadError> {
     // Named in the guest's log lines until its manifest names it.
     let placeholder = SkillName::new("loading").expect("a valid name");
-    let limits = runtime.config().limits;
+    let limits = runtime.config().widest_limits();
     let new_store = || {
         let state = HostState::new(
             placeholder.clone(),
@@ -504,6 +535,7 @@ async fn describe(
     };
     let _slot = runtime.instance_slot().await;
     let (mut store, instance) = instantiate_in_pool(runtime, pre, imports_wasi, new_store).await;
+    let initial_memory = store.data().memory_bytes();
     let result = match instance {
         Ok(instance) => {
             within_guest_time(&mut store, imports_wasi, async |store| {
@@ -522,7 +554,11 @@ async fn describe(
     if let Some(error) = store.data().output_too_large(size) {
         return Err(describe_failed(error));
     }
-    Ok((manifest, instructions))
+    Ok(Description {
+        manifest,
+        instructions,
+        initial_memory,
+    })
 }
 
 /// Why reading a manifest failed, without the placeholder name the store

@@ -208,6 +208,11 @@ impl HostState {
         &self.limits
     }
 
+    /// Bytes of linear memory the guest has, all its memories together.
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.memory_bytes
+    }
+
     /// The invocation's guest time, for a watchdog beside the store.
     pub(super) fn guest_clock(&self) -> Arc<GuestClock> {
         self.guest_clock.clone()

@@ -12,6 +12,7 @@ mod host;
 mod limits;
 mod wasi;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -30,6 +31,7 @@ pub use host::{DispatchError, InvokeError, RunOutcome, RunReport, ToolCallRecord
 pub use limits::{Limit, Limits};
 pub use wasi::WasiSources;
 
+use crate::skills::SkillName;
 use function_cache::FunctionCache;
 use host::HostState;
 
@@ -65,9 +67,15 @@ const KEEP_RESIDENT_BYTES: usize = 4 << 20;
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
     /// Limits applied to each invocation unless a caller passes others.
-    /// `limits.memory_bytes` is also the size of each pooled memory slot, so
-    /// no invocation can be given more.
     pub limits: Limits,
+    /// Limits of particular skills, by name, in place of `limits` (whole:
+    /// a field not meant to differ is copied from `limits`). A heavier
+    /// skill may get more time or memory, an untrusted one less. A name no
+    /// loaded skill has changes nothing until a skill of that name loads.
+    /// Default: none. The largest `memory_bytes` of all these and `limits`
+    /// is the size of each pooled memory slot, so no invocation can be
+    /// given more (see [`RuntimeConfig::widest_limits`]).
+    pub skill_limits: BTreeMap<SkillName, Limits>,
     /// Component instances that can be live at once (the pool's size).
     /// Default: 128. Each slot reserves address space, not memory. An
     /// invocation (or a load reading a manifest) that finds every slot in
@@ -106,10 +114,34 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             limits: Limits::default(),
+            skill_limits: BTreeMap::new(),
             max_concurrent_instances: 128,
             cache_dir: None,
             function_cache_bytes: 64 << 20,
         }
+    }
+}
+
+impl RuntimeConfig {
+    /// The limits of each invocation of the skill `name`: its
+    /// [`RuntimeConfig::skill_limits`], else [`RuntimeConfig::limits`].
+    pub fn limits_for(&self, name: &SkillName) -> Limits {
+        self.skill_limits.get(name).copied().unwrap_or(self.limits)
+    }
+
+    /// The largest of each limit over `limits` and every skill's: the size
+    /// of the pool's memory slots, and the bounds of reading a manifest,
+    /// which runs before the skill's name (and so its limits) is known.
+    pub fn widest_limits(&self) -> Limits {
+        self.skill_limits
+            .values()
+            .fold(self.limits, |widest, limits| Limits {
+                execution_time: widest.execution_time.max(limits.execution_time),
+                memory_bytes: widest.memory_bytes.max(limits.memory_bytes),
+                tool_calls: widest.tool_calls.max(limits.tool_calls),
+                output_bytes: widest.output_bytes.max(limits.output_bytes),
+                log_lines: widest.log_lines.max(limits.log_lines),
+            })
     }
 }
 
@@ -132,12 +164,12 @@ pub enum RuntimeConfigError {
     #[error(
         "the instance pool could not be reserved ({instances} instances, each with up to \
          {memory_mib} MiB of linear memory); lower max_concurrent_instances or \
-         limits.memory_bytes: {cause}"
+         the largest memory limit: {cause}"
     )]
     PoolNotReserved {
         /// [`RuntimeConfig::max_concurrent_instances`].
         instances: u32,
-        /// [`Limits::memory_bytes`], in MiB.
+        /// The largest [`Limits::memory_bytes`] (the slot size), in MiB.
         memory_mib: usize,
         /// What wasmtime said.
         cause: String,
@@ -206,7 +238,7 @@ impl Runtime {
         let engine =
             Engine::new(&engine_config).map_err(|error| RuntimeConfigError::PoolNotReserved {
                 instances: config.max_concurrent_instances,
-                memory_mib: config.limits.memory_bytes >> 20,
+                memory_mib: config.widest_limits().memory_bytes >> 20,
                 cause: format!("{error:#}"),
             })?;
         let mut linker = Linker::new(&engine);
@@ -361,7 +393,7 @@ fn engine_config(config: &RuntimeConfig) -> Result<Config, RuntimeConfigError> {
         .total_tables(tables)
         .max_tables_per_component(tables.min(MAX_TABLES_PER_COMPONENT))
         .total_stacks(instances)
-        .max_memory_size(config.limits.memory_bytes)
+        .max_memory_size(config.widest_limits().memory_bytes)
         // Reset the pages a guest dirtied in place instead of unmapping the
         // slot: the next instantiation then takes no page faults on them.
         // With PAGEMAP_SCAN (Linux 6.7+) only dirty pages are touched.

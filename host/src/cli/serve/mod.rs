@@ -154,7 +154,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .await
         .context("starting the host")
         .map_err(config::name_sandbox_keys)?;
-    report_host(&host, hot_reload);
+    report_host(&host, hot_reload, &file);
     let gateway = Gateway::new(
         host,
         GatewayConfig {
@@ -303,8 +303,9 @@ fn report_withdrawn(host: &SkillHost) {
     }
 }
 
-/// What loaded, what did not, and whether chat is available.
-fn report_host(host: &SkillHost, hot_reload: bool) {
+/// What loaded, what did not, limits set for skills that are not loaded,
+/// and whether chat is available.
+fn report_host(host: &SkillHost, hot_reload: bool, file: &config::ConfigFile) {
     let snapshot = host.snapshot();
     let names: Vec<&str> = snapshot
         .skills()
@@ -325,6 +326,17 @@ fn report_host(host: &SkillHost, hot_reload: bool) {
             "{} did not load: {}",
             failure.path.display(),
             failure.reason
+        ));
+    }
+    let not_loaded: Vec<&str> = file
+        .skills_with_limits()
+        .filter(|name| !names.contains(name))
+        .collect();
+    if !not_loaded.is_empty() {
+        console::warn(&format!(
+            "[sandbox.skills] sets limits for skills that are not loaded: {}; they apply once a \
+             skill of that name loads, and until then to nothing (a misspelt name?)",
+            not_loaded.join(", ")
         ));
     }
     match host.llm() {
