@@ -801,11 +801,13 @@ async fn yes_declines_a_write_it_may_not_approve() {
 
 /// `[sandbox.skills.NAME]` sets one skill's limits over `[sandbox]`'s:
 /// with one tool call, processRefund's second (the refund) is refused and
-/// nothing is written, while inquireOrderStatus makes both of its calls.
+/// nothing is written, while inquireOrderStatus makes both of its calls. A
+/// name no loaded skill has is warned of.
 #[tokio::test]
 async fn a_skills_own_limits_from_the_config_file_apply_to_it_alone() {
     let work = Workdir::new();
-    let config = "[sandbox]\ntool_calls = 8\n[sandbox.skills.processRefund]\ntool_calls = 1\n";
+    let config = "[sandbox]\ntool_calls = 8\n[sandbox.skills.processRefund]\ntool_calls = 1\n\
+                  [sandbox.skills.inquireOrderstatus]\ntool_calls = 1\n";
     let run = |skill: &str, input: &str| {
         work.configured_command(
             config,
@@ -823,6 +825,10 @@ async fn a_skills_own_limits_from_the_config_file_apply_to_it_alone() {
     let mut inquire = run("inquireOrderStatus", r#"{"orderId":"88231"}"#);
     let (stdout, stderr) = expect_code(&output(&mut inquire).await, 0);
     assert!(stdout.contains("SF1234567890"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("sets limits for skills that are not loaded: inquireOrderstatus;"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]

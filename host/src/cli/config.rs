@@ -322,8 +322,7 @@ impl ConfigFile {
         })
     }
 
-    /// The skills `[sandbox.skills]` names, for a warning about those that
-    /// are not loaded.
+    /// The skills `[sandbox.skills]` names.
     pub fn skills_with_limits(&self) -> impl Iterator<Item = &str> {
         self.sandbox.skills.keys().map(String::as_str)
     }

@@ -25,8 +25,8 @@ use tracing_subscriber::fmt::format::FmtSpan;
 use config::ConfigFile;
 
 use skillhost::runtime::{Runtime, RuntimeConfig};
-use skillhost::skills::SkillRegistry;
 use skillhost::skills::signature::SignaturePolicy;
+use skillhost::skills::{SkillRegistry, SkillSnapshot};
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::{self, DemoDb};
 
@@ -265,14 +265,32 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     for tool in http_tools {
         tools.register(tool)?;
     }
-    Ok(SkillRegistry::load_dir_with_progress(
+    let skills = SkillRegistry::load_dir_with_progress(
         runtime,
         Arc::new(tools),
         policy,
         skills_dir,
         progress::loading_skills(),
     )
-    .await?)
+    .await?;
+    warn_of_limits_for_absent_skills(file, &skills.snapshot());
+    Ok(skills)
+}
+
+/// Warns of the skills `[sandbox.skills]` sets limits for that are not
+/// among `loaded`: a misspelt name would leave its skill on the defaults.
+fn warn_of_limits_for_absent_skills(file: &ConfigFile, loaded: &SkillSnapshot) {
+    let absent: Vec<&str> = file
+        .skills_with_limits()
+        .filter(|name| loaded.get(name).is_none())
+        .collect();
+    if !absent.is_empty() {
+        console::warn(&format!(
+            "[sandbox.skills] sets limits for skills that are not loaded: {}; they apply once a \
+             skill of that name loads, and until then to nothing (a misspelt name?)",
+            absent.join(", ")
+        ));
+    }
 }
 
 /// Where a setting of `paths` comes from, for an error about them: the

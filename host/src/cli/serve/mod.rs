@@ -303,8 +303,8 @@ fn report_withdrawn(host: &SkillHost) {
     }
 }
 
-/// What loaded, what did not, limits set for skills that are not loaded,
-/// and whether chat is available.
+/// What loaded, what did not, limits set for skills that did not, and
+/// whether chat is available.
 fn report_host(host: &SkillHost, hot_reload: bool, file: &config::ConfigFile) {
     let snapshot = host.snapshot();
     let names: Vec<&str> = snapshot
@@ -328,17 +328,7 @@ fn report_host(host: &SkillHost, hot_reload: bool, file: &config::ConfigFile) {
             failure.reason
         ));
     }
-    let not_loaded: Vec<&str> = file
-        .skills_with_limits()
-        .filter(|name| !names.contains(name))
-        .collect();
-    if !not_loaded.is_empty() {
-        console::warn(&format!(
-            "[sandbox.skills] sets limits for skills that are not loaded: {}; they apply once a \
-             skill of that name loads, and until then to nothing (a misspelt name?)",
-            not_loaded.join(", ")
-        ));
-    }
+    super::warn_of_limits_for_absent_skills(file, &snapshot);
     match host.llm() {
         Ok(llm) => console::say(&format!(
             "LLM: {} at {}",
