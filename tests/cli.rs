@@ -829,6 +829,17 @@ async fn a_skills_own_limits_from_the_config_file_apply_to_it_alone() {
         stderr.contains("sets limits for skills that are not loaded: inquireOrderstatus;"),
         "{stderr}"
     );
+    // What each skill got, as `skills --json` shows it.
+    let mut skills = work.configured_command(config, &["skills", "--json"], &bundled());
+    let (stdout, _) = expect_code(&output(&mut skills).await, 0);
+    let listing: Value = serde_json::from_str(&stdout).unwrap();
+    let tool_calls = |name: &str| {
+        let skills = listing["skills"].as_array().unwrap();
+        let skill = skills.iter().find(|skill| skill["name"] == name).unwrap();
+        skill["limits"]["tool_calls"].clone()
+    };
+    assert_eq!(tool_calls("processRefund"), 1);
+    assert_eq!(tool_calls("inquireOrderStatus"), 8);
 }
 
 #[tokio::test]

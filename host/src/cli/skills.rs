@@ -166,6 +166,7 @@ pub fn list(skills: &SkillRegistry, json: bool) -> anyhow::Result<ExitCode> {
                     "unlocks": manifest.unlocks,
                     "steps": manifest.has_steps,
                     "signer": skill.signer,
+                    "limits": skill.component.limits(),
                 })
             })
             .collect();

@@ -15,7 +15,6 @@ use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount, RunStart};
 use crate::agent::{AgentError, CallOutcome, SkillOutput};
-use crate::runtime::Limits;
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill, and every file whose latest content failed to load.
@@ -158,18 +157,7 @@ fn describe(snapshot: &SkillSnapshot, skill: &LoadedSkill) -> Value {
         "status": if failure.is_some() { "stale" } else { "loaded" },
         "last_error": failure.map(|failure| &failure.reason),
         "manifest": manifest,
-        "limits": limits_json(skill.component.limits()),
-    })
-}
-
-/// Each invocation's limits, as `[sandbox]` sets them.
-fn limits_json(limits: Limits) -> Value {
-    json!({
-        "execution_time_ms": limits.execution_time.as_millis() as u64,
-        "memory_bytes": limits.memory_bytes,
-        "tool_calls": limits.tool_calls,
-        "output_bytes": limits.output_bytes,
-        "log_lines": limits.log_lines,
+        "limits": skill.component.limits(),
     })
 }
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use serde::ser::{Serialize, SerializeStruct, Serializer};
+
 /// Bounds on one skill invocation (one fresh `Store`). Exceeding any of them
 /// ends that invocation with [`super::InvokeError::LimitExceeded`] naming the
 /// limit; the host and other invocations carry on.
@@ -44,6 +46,22 @@ impl Default for Limits {
             output_bytes: 1 << 20,
             log_lines: 256,
         }
+    }
+}
+
+/// As the skills API and `skillhost skills --json` show them, in the config
+/// file's terms where they are plain: `execution_time_ms`, `memory_bytes`,
+/// `tool_calls`, `output_bytes`, `log_lines`.
+impl Serialize for Limits {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let millis = u64::try_from(self.execution_time.as_millis()).unwrap_or(u64::MAX);
+        let mut limits = serializer.serialize_struct("Limits", 5)?;
+        limits.serialize_field("execution_time_ms", &millis)?;
+        limits.serialize_field("memory_bytes", &self.memory_bytes)?;
+        limits.serialize_field("tool_calls", &self.tool_calls)?;
+        limits.serialize_field("output_bytes", &self.output_bytes)?;
+        limits.serialize_field("log_lines", &self.log_lines)?;
+        limits.end()
     }
 }
 
