@@ -765,6 +765,44 @@ async fn serve_warns_of_settings_naming_no_key_or_skill() {
     }
 }
 
+/// `[server]`'s connection limits reach the gateway: with room for one
+/// connection, a client that holds it without a request keeps the next
+/// waiting until the header deadline closes it.
+#[tokio::test]
+async fn serve_takes_its_connection_limits_from_the_config_file() {
+    use tokio::io::AsyncReadExt;
+    let work = Workdir::new();
+    let command = work.configured_command(
+        "[server]\nheader_timeout_secs = 1\nmax_connections = 1\n",
+        &["serve", "--listen", "127.0.0.1:0"],
+        &bundled(),
+    );
+    // Bound, so that the server lives (killed when dropped) and can log.
+    let Serving {
+        child: _serve,
+        base,
+        stderr: _stderr,
+        ..
+    } = serving(command).await;
+    let address = base.trim_start_matches("http://");
+    let mut holding = tokio::net::TcpStream::connect(address).await.unwrap();
+    let answered = tokio::time::timeout(
+        Duration::from_secs(30),
+        reqwest::get(format!("{base}/healthz")),
+    )
+    .await
+    .expect("the next client was never served")
+    .unwrap();
+    assert_eq!(answered.status(), reqwest::StatusCode::OK);
+    // It was served once the first had been closed, not beside it.
+    let mut received = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), holding.read_to_end(&mut received))
+        .await
+        .expect("the connection holding the only slot is still open")
+        .unwrap();
+    assert!(received.is_empty());
+}
+
 /// `--yes` cannot stand in for a separate approver, nor for one of the
 /// approvers the policy names (it approves on behalf of nobody): the write
 /// is declined at once, saying why, instead of waiting for the

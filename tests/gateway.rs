@@ -2,6 +2,7 @@
 //! served on loopback, talked to with reqwest; the scripted LLM plays the
 //! model.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,8 @@ use axum::Router;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
@@ -2379,6 +2382,118 @@ async fn shutdown_waits_for_a_run_answered_with_nobody_reading_it() {
     assert_eq!(host.runs_at_work(), 0);
     assert_eq!(llm.remaining(), 0);
     assert!(host.confirmations().pending().is_empty());
+}
+
+/// A connection to `served` that speaks raw HTTP/1.1.
+async fn raw_connection(served: &Served) -> TcpStream {
+    let address = served.base.trim_start_matches("http://");
+    TcpStream::connect(address).await.expect("connecting")
+}
+
+/// Reads `connection` until the gateway closes it; fails after 30 s.
+async fn read_until_closed(connection: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        connection.read_to_end(&mut received),
+    )
+    .await
+    .expect("the gateway kept the connection open")
+    .expect("reading");
+    String::from_utf8(received).expect("text")
+}
+
+const HEALTHZ_REQUEST: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+#[tokio::test]
+async fn connections_that_hold_back_their_headers_are_closed_at_the_deadline() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            header_timeout: Duration::from_millis(300),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    // Slowloris: half a request, then nothing; and a connection that
+    // sends nothing at all.
+    let mut slow = raw_connection(&served).await;
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let mut silent = raw_connection(&served).await;
+    // Meanwhile the gateway answers others.
+    let (status, body) = served.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK, "{body:#}");
+    assert_eq!(read_until_closed(&mut slow).await, "");
+    assert_eq!(read_until_closed(&mut silent).await, "");
+    // A keep-alive connection gets its answer, then is closed once it has
+    // waited that long for another request.
+    let mut kept = raw_connection(&served).await;
+    kept.write_all(HEALTHZ_REQUEST).await.unwrap();
+    let answered = read_until_closed(&mut kept).await;
+    assert!(answered.starts_with("HTTP/1.1 200 OK\r\n"), "{answered}");
+    // Kept alive: the gateway did not close it with its answer.
+    assert!(
+        !answered.to_ascii_lowercase().contains("connection: close"),
+        "{answered}"
+    );
+    // The deadline is the headers' alone: a response streaming for longer
+    // (the event stream) is not cut.
+    let mut events = raw_connection(&served).await;
+    events
+        .write_all(b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0; 12];
+    events.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let mut rest = Vec::new();
+    let streaming = tokio::time::timeout(Duration::from_secs(1), events.read_to_end(&mut rest));
+    assert!(
+        streaming.await.is_err(),
+        "the event stream ended: {}",
+        String::from_utf8_lossy(&rest)
+    );
+    served.shut_down().await;
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_a_client_waits_until_a_connection_closes() {
+    let mut served = Served::start(Setup {
+        config: GatewayConfig {
+            max_connections: NonZeroUsize::new(2).unwrap(),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let first = raw_connection(&served).await;
+    let mut second = raw_connection(&served).await;
+    // The second is being served (so both are accepted) before the third
+    // comes.
+    second.write_all(HEALTHZ_REQUEST).await.unwrap();
+    let mut head = [0; 12];
+    second.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let mut third = raw_connection(&served).await;
+    third.write_all(HEALTHZ_REQUEST).await.unwrap();
+    let mut answer = [0; 12];
+    let waited = tokio::time::timeout(Duration::from_millis(500), third.read_exact(&mut answer));
+    assert!(
+        waited.await.is_err(),
+        "a third connection was served past a cap of two"
+    );
+    // One closes: the third is accepted and answered.
+    drop(first);
+    tokio::time::timeout(Duration::from_secs(30), third.read_exact(&mut answer))
+        .await
+        .expect("the third connection was never served")
+        .unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    // A graceful shutdown closes the idle connections and ends.
+    served.shutdown_under_way().await;
+    served.stopped().await;
 }
 
 /// The CRM's two endpoints as HTTP tools, declared as in a config file;

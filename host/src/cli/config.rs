@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
-use skillhost::gateway::CorsOrigin;
+use skillhost::gateway::{CorsOrigin, MAX_HEADER_TIMEOUT};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::skills::SkillName;
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
@@ -61,6 +62,8 @@ pub struct ServerSection {
     pub listen: Option<SocketAddr>,
     pub body_limit: Option<usize>,
     pub request_timeout_secs: Option<u64>,
+    pub header_timeout_secs: Option<NonZeroU64>,
+    pub max_connections: Option<NonZeroUsize>,
     pub shutdown_grace_secs: Option<u64>,
     pub max_parked_runs: Option<usize>,
     pub max_parked_runs_per_principal: Option<usize>,
@@ -236,6 +239,14 @@ impl ConfigFile {
             if let Some(blank) = approvers.iter().find(|name| name.trim().is_empty()) {
                 anyhow::bail!("[confirmation] {key} has a blank name ({blank:?})");
             }
+        }
+        if let Some(secs) = file.server.header_timeout_secs {
+            let most = MAX_HEADER_TIMEOUT.as_secs();
+            anyhow::ensure!(
+                secs.get() <= most,
+                "[server] header_timeout_secs = {secs} is longer than the {most} s a connection \
+                 may wait for a request's headers"
+            );
         }
         if let Some(secs) = file.confirmation.expiry_secs {
             let most = MAX_EXPIRY.as_secs();
@@ -419,6 +430,14 @@ mod tests {
             Some(skillhost::gateway::DEFAULT_MAX_PARKED_RUNS)
         );
         assert_eq!(file.server.max_parked_runs_per_principal, None);
+        assert_eq!(
+            file.server.header_timeout_secs.map(|secs| secs.get()),
+            Some(skillhost::gateway::DEFAULT_HEADER_TIMEOUT.as_secs())
+        );
+        assert_eq!(
+            file.server.max_connections,
+            Some(skillhost::gateway::DEFAULT_MAX_CONNECTIONS)
+        );
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
     }
@@ -492,6 +511,23 @@ mod tests {
         let error =
             ConfigFile::parse("[sandbox.skills.processRefund]\nmax_instances = 2\n").unwrap_err();
         assert!(error.to_string().contains("max_instances"), "{error}");
+    }
+
+    #[test]
+    fn connection_limits_of_zero_or_a_header_timeout_past_an_hour_are_errors_naming_the_key() {
+        for (text, words) in [
+            ("max_connections = 0", "max_connections"),
+            ("header_timeout_secs = 0", "header_timeout_secs"),
+            (
+                "header_timeout_secs = 3601",
+                "header_timeout_secs = 3601 is longer",
+            ),
+        ] {
+            let error = ConfigFile::parse(&format!("[server]\n{text}\n")).unwrap_err();
+            assert!(format!("{error:#}").contains(words), "{error:#}");
+        }
+        let file = ConfigFile::parse("[server]\nheader_timeout_secs = 3600\n").unwrap();
+        assert_eq!(file.server.header_timeout_secs.map(|s| s.get()), Some(3600));
     }
 
     #[test]

@@ -111,6 +111,10 @@
 //!   error is the stream's last chunk before `[DONE]`.
 //! - **Limits**: a body limit and a per-request timeout (defaults on
 //!   [`GatewayConfig`]); a streaming response's run gets the same time.
+//!   [`Gateway::serve`] caps the connections it serves at once and gives
+//!   each request's headers a deadline, which also closes idle keep-alive
+//!   connections: a client holding connections open without sending
+//!   requests keeps each for that long at most.
 //!   At most [`GatewayConfig::max_parked_runs`] runs wait for a person's
 //!   answer at once; a run reaching a confirmation past it is aborted,
 //!   nothing written, and answered 503. With
@@ -121,6 +125,7 @@
 //!   with nobody reading them); runs parked on a confirmation are left.
 
 mod chat;
+mod connections;
 mod cors;
 pub mod errors;
 mod keys;
@@ -132,6 +137,7 @@ mod skills;
 
 use std::convert::Infallible;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -167,6 +173,21 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 /// request does not hold a connection for long.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Time a client has to send a request's headers once its connection waits
+/// for them, idle keep-alive time included. Default: 30 s (hyper's): ample
+/// for any client but one holding connections open on purpose.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest [`GatewayConfig::header_timeout`] that applies: an hour. A
+/// longer one is taken as an hour (the deadline is an `Instant`, which a
+/// far-off duration would overflow).
+pub const MAX_HEADER_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Connections served at once. Default: 512 — far more than a proxy in front
+/// or a few applications keep open, and well inside the 1024 file descriptors
+/// a process is commonly allowed (skills, the database and watches use some).
+pub const DEFAULT_MAX_CONNECTIONS: NonZeroUsize = NonZeroUsize::new(512).expect("not zero");
+
 /// How the gateway guards its edge. Keys are compared in constant time and
 /// never logged (`Debug` redacts them).
 #[derive(Clone)]
@@ -182,6 +203,17 @@ pub struct GatewayConfig {
     pub body_limit: usize,
     /// Default: [`DEFAULT_REQUEST_TIMEOUT`].
     pub request_timeout: Duration,
+    /// How long [`Gateway::serve`] waits for a request's headers on a
+    /// connection, including a keep-alive connection's wait for its next
+    /// request; then the connection is closed. Default:
+    /// [`DEFAULT_HEADER_TIMEOUT`]; at most [`MAX_HEADER_TIMEOUT`].
+    pub header_timeout: Duration,
+    /// The most connections [`Gateway::serve`] serves at once; further
+    /// clients wait to be accepted until one closes. With
+    /// [`GatewayConfig::header_timeout`], a client that opens connections
+    /// and sends nothing holds each for that long at most. Default:
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    pub max_connections: NonZeroUsize,
     /// The most runs held at once waiting for a person's answer (each up to
     /// the confirmation expiry). A run that reaches a confirmation beyond
     /// it is aborted, nothing written, and its request answered 503, so a
@@ -227,6 +259,8 @@ impl Default for GatewayConfig {
             admin_key: None,
             body_limit: DEFAULT_BODY_LIMIT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             max_parked_runs: DEFAULT_MAX_PARKED_RUNS,
             max_parked_runs_per_principal: None,
             allowed_hosts: Vec::new(),
@@ -246,6 +280,8 @@ impl fmt::Debug for GatewayConfig {
             .field("admin_key", &self.admin_key.as_ref().map(|_| "<redacted>"))
             .field("body_limit", &self.body_limit)
             .field("request_timeout", &self.request_timeout)
+            .field("header_timeout", &self.header_timeout)
+            .field("max_connections", &self.max_connections)
             .field("max_parked_runs", &self.max_parked_runs)
             .field(
                 "max_parked_runs_per_principal",
@@ -403,24 +439,32 @@ impl Gateway {
         self.state.closing.send_replace(true);
     }
 
-    /// Serves on `listener` until `shutdown` completes, then shuts down
-    /// gracefully: stops accepting, ends event streams, and returns once
-    /// in-flight requests (streamed chats included) have finished and no
-    /// run is at work ([`SkillHost::idle`]): a run approved by a client
-    /// that then went away finishes what was approved. Runs parked on a
-    /// confirmation do not hold the shutdown up.
+    /// Serves on `listener` (HTTP/1.1) until `shutdown` completes, then
+    /// shuts down gracefully: stops accepting, ends event streams, and
+    /// returns once in-flight requests (streamed chats included) have
+    /// finished and no run is at work ([`SkillHost::idle`]): a run approved
+    /// by a client that then went away finishes what was approved. Runs
+    /// parked on a confirmation do not hold the shutdown up.
+    ///
+    /// Connections are capped and their request headers have a deadline
+    /// ([`GatewayConfig::max_connections`],
+    /// [`GatewayConfig::header_timeout`]); an application serving
+    /// [`Gateway::router`] in its own server sets its own.
     pub async fn serve(
         &self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let gateway = self.clone();
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                gateway.close_streams();
-            })
-            .await?;
+        let config = &self.state.config;
+        let limits = connections::ConnectionLimits {
+            header_timeout: config.header_timeout.min(MAX_HEADER_TIMEOUT),
+            max_connections: config.max_connections,
+        };
+        connections::serve(listener, self.router(), limits, async {
+            shutdown.await;
+            self.close_streams();
+        })
+        .await;
         self.host().idle().await;
         Ok(())
     }

@@ -168,6 +168,14 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 .request_timeout
                 .or(server.request_timeout_secs)
                 .map_or(gateway::DEFAULT_REQUEST_TIMEOUT, Duration::from_secs),
+            header_timeout: server
+                .header_timeout_secs
+                .map_or(gateway::DEFAULT_HEADER_TIMEOUT, |secs| {
+                    Duration::from_secs(secs.get())
+                }),
+            max_connections: server
+                .max_connections
+                .unwrap_or(gateway::DEFAULT_MAX_CONNECTIONS),
             max_parked_runs: server
                 .max_parked_runs
                 .unwrap_or(gateway::DEFAULT_MAX_PARKED_RUNS),
