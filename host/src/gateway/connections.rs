@@ -6,10 +6,8 @@
 //! finishes a request (slowloris), or leaves them idle, would hold them,
 //! and the file descriptors behind them, for as long as it likes.
 
-use std::num::NonZeroUsize;
 use std::pin::pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::serve::Listener;
@@ -20,35 +18,30 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-/// How many connections the loop serves at once, and how long each may
-/// wait for a request's headers.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct ConnectionLimits {
-    pub(super) header_timeout: Duration,
-    pub(super) max_connections: NonZeroUsize,
-}
+use super::{GatewayConfig, MAX_HEADER_TIMEOUT};
 
 /// Serves `router` on `listener` until `shutdown` completes; then stops
 /// accepting, lets the requests under way finish (idle connections are
 /// closed at once) and returns when every connection has closed.
 ///
-/// Past `max_connections`, the loop accepts no more until one closes: new
-/// clients wait in the listen backlog. A connection's request headers must
-/// arrive within `header_timeout` of its waiting for them, which includes
+/// Past `config.max_connections`, the loop accepts no more until one closes:
+/// new clients wait in the listen backlog. A connection's request headers
+/// must arrive within `config.header_timeout` (at most
+/// [`MAX_HEADER_TIMEOUT`]) of its waiting for them, which includes
 /// a keep-alive connection's wait for its next request, or it is closed
 /// without an answer. A request's body and handling are under the
 /// gateway's request timeout instead.
 pub(super) async fn serve(
     mut listener: TcpListener,
     router: Router,
-    limits: ConnectionLimits,
+    config: &GatewayConfig,
     shutdown: impl Future<Output = ()>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.get()));
+    let slots = Arc::new(Semaphore::new(config.max_connections.get()));
     let graceful = GracefulShutdown::new();
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(config.header_timeout.min(MAX_HEADER_TIMEOUT));
     let mut shutdown = pin!(shutdown);
     loop {
         let slot = tokio::select! {

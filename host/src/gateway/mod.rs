@@ -455,12 +455,7 @@ impl Gateway {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let config = &self.state.config;
-        let limits = connections::ConnectionLimits {
-            header_timeout: config.header_timeout.min(MAX_HEADER_TIMEOUT),
-            max_connections: config.max_connections,
-        };
-        connections::serve(listener, self.router(), limits, async {
+        connections::serve(listener, self.router(), &self.state.config, async {
             shutdown.await;
             self.close_streams();
         })
