@@ -878,6 +878,21 @@ async fn a_skills_own_limits_from_the_config_file_apply_to_it_alone() {
     };
     assert_eq!(tool_calls("processRefund"), 1);
     assert_eq!(tool_calls("inquireOrderStatus"), 8);
+    // And as the table shows it: a line for the skill with limits of its own only.
+    let mut skills = work.configured_command(config, &["skills"], &bundled());
+    let (stdout, _) = expect_code(&output(&mut skills).await, 0);
+    let own: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.contains("of its own"))
+        .collect();
+    assert_eq!(
+        own,
+        [
+            "processRefund has limits of its own: 2000 ms, 64 MiB memory, 1 tool calls, \
+          1048576 output bytes, 256 log lines"
+        ],
+        "{stdout}"
+    );
 }
 
 #[tokio::test]
@@ -1534,6 +1549,47 @@ async fn inspect_shows_the_manifest_exports_signer_and_digest_of_a_bundled_skill
             .lines()
             .any(|line| line.starts_with("  run") && line.ends_with("function")),
         "{stdout}"
+    );
+}
+
+/// The limits an invocation of the skill would run under: the config
+/// file's `[sandbox]`, and the skill's own table over it.
+#[tokio::test]
+async fn inspect_shows_the_limits_the_config_file_gives_the_skill() {
+    let work = Workdir::new();
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        "[sandbox]\nmemory_mib = 16\n\
+         [sandbox.skills.processRefund]\nexecution_time_ms = 5000\ntool_calls = 4\n",
+    )
+    .unwrap();
+    let inspect = |json: bool| {
+        let mut command = work.command(&["inspect", "--config"]);
+        command.arg(&config).arg(skill_file("processRefund"));
+        if json {
+            command.arg("--json");
+        }
+        command
+    };
+    let (stdout, _) = expect_code(&output(&mut inspect(true)).await, 0);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["manifest"]["limits"],
+        json!({
+            "execution_time_ms": 5000,
+            "memory_bytes": 16 << 20,
+            "tool_calls": 4,
+            "output_bytes": 1 << 20,
+            "log_lines": 256,
+        })
+    );
+    let (stdout, _) = expect_code(&output(&mut inspect(false)).await, 0);
+    let line = "  limits:       5000 ms, 16 MiB memory, 4 tool calls, 1048576 output bytes, \
+                256 log lines";
+    assert!(
+        stdout.lines().any(|shown| shown == line),
+        "no `{line}` in:\n{stdout}"
     );
 }
 

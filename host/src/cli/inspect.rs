@@ -13,7 +13,9 @@ use serde::Serialize;
 use serde_json::Value;
 use wasmtime::component::types::ComponentItem;
 
-use skillhost::runtime::{LoadError, Runtime, RuntimeConfig, SkillComponent, compile, digest_of};
+use skillhost::runtime::{
+    Limits, LoadError, Runtime, RuntimeConfig, SkillComponent, compile, digest_of,
+};
 use skillhost::skills::FailureKind;
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
@@ -62,8 +64,9 @@ struct Report {
     error: Option<Problem>,
 }
 
-/// The manifest, as `skillhost skills --json` shows it, with the number of
-/// test cases and the length of the instructions.
+/// The manifest, as `skillhost skills --json` shows it (with the limits
+/// the config file gives the skill), the number of test cases and the
+/// length of the instructions.
 #[derive(Serialize)]
 struct ManifestReport {
     name: String,
@@ -73,6 +76,7 @@ struct ManifestReport {
     tools: Vec<String>,
     unlocks: Vec<String>,
     steps: bool,
+    limits: Limits,
     test_cases: usize,
     instructions_chars: usize,
 }
@@ -227,6 +231,7 @@ async fn read_skill(
         tools: manifest.tools.clone(),
         unlocks: manifest.unlocks.clone(),
         steps: manifest.has_steps,
+        limits: skill.limits(),
         test_cases: manifest.test_cases.len(),
         instructions_chars: skill.instructions().chars().count(),
     });
@@ -325,6 +330,7 @@ fn print_report(report: &Report) {
         "  steps:        {}",
         if manifest.steps { "yes" } else { "no" }
     );
+    println!("  limits:       {}", manifest.limits);
     println!("  test cases:   {}", manifest.test_cases);
     println!("  instructions: {} characters", manifest.instructions_chars);
 }

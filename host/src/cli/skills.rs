@@ -199,6 +199,15 @@ pub fn list(skills: &SkillRegistry, json: bool) -> anyhow::Result<ExitCode> {
         ]);
     }
     print_table(&rows);
+    // Every skill runs under the [sandbox] limits unless the config file
+    // gives it its own: only those are worth a line.
+    let shared = skills.runtime().config().limits;
+    for skill in snapshot.skills() {
+        let limits = skill.component.limits();
+        if limits != shared {
+            println!("{} has limits of its own: {limits}", skill.component.name());
+        }
+    }
     for failure in snapshot.failures() {
         println!("FAILED {}: {}", failure.path.display(), failure.reason);
     }

@@ -65,6 +65,24 @@ impl Serialize for Limits {
     }
 }
 
+/// One line for people: `2000 ms, 64 MiB memory, 32 tool calls, 1048576
+/// output bytes, 256 log lines` (memory in bytes unless whole MiB).
+impl std::fmt::Display for Limits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ms, ", self.execution_time.as_millis())?;
+        if self.memory_bytes.is_multiple_of(1 << 20) {
+            write!(f, "{} MiB memory", self.memory_bytes >> 20)?;
+        } else {
+            write!(f, "{} bytes memory", self.memory_bytes)?;
+        }
+        write!(
+            f,
+            ", {} tool calls, {} output bytes, {} log lines",
+            self.tool_calls, self.output_bytes, self.log_lines
+        )
+    }
+}
+
 /// Which limit an invocation hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
