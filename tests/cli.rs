@@ -23,6 +23,7 @@ use crate::agent_common::{REFUND_REQUEST, refund_call};
 use crate::support::crm::crm_service;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
+use crate::support::mcp::McpServer;
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// A scratch working directory for the binary.
@@ -1624,6 +1625,87 @@ async fn inspect_resolves_a_skill_naming_an_http_tool_of_the_config_file() {
     // ...and one with it, though its secret (CRM_TOKEN) is not set.
     let (stdout, stderr) = expect_code(&output(&mut inspect(true)).await, 0);
     assert!(stdout.contains("lookupCustomer"), "{stdout}\n{stderr}");
+}
+
+/// An MCP server of the config file: `ask` offers its tools to the model
+/// and calls them, the write only once approved; `inspect` resolves a skill
+/// naming one of them, asking the server what its tools are and calling
+/// none.
+#[tokio::test]
+async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() {
+    let mcp = McpServer::default();
+    let url = mcp.start().await;
+    let work = Workdir::new();
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
+             tools = [\"lookupCustomer\", \"updateCustomer\"]\nread = [\"lookupCustomer\"]\n"
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("lookupCustomer", json!({"id": "u1001"})),
+        Step::tool_call(
+            "updateCustomer",
+            json!({"id": "u1001", "level": "platinum"}),
+        ),
+        Step::text("done"),
+    ])
+    .await;
+    let mut ask = work.host_command(
+        &["ask", "make u1001 platinum", "--config", config, "--yes"],
+        &bundled(),
+    );
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut ask, &llm)).await, 0);
+    let requests = llm.requests();
+    let offered = requests[0].tool_names();
+    assert!(
+        offered.contains(&"lookupCustomer".to_owned())
+            && offered.contains(&"updateCustomer".to_owned()),
+        "{offered:?}"
+    );
+    let looked_up = requests[1].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(looked_up.contains("Li Lei"), "{looked_up}");
+    // Only the write asked.
+    assert_eq!(
+        stderr.matches("approved (--yes)").count(),
+        1,
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        mcp.calls(),
+        [
+            ("lookupCustomer".to_owned(), json!({"id": "u1001"})),
+            (
+                "updateCustomer".to_owned(),
+                json!({"id": "u1001", "level": "platinum"})
+            ),
+        ]
+    );
+
+    let yaml = work.path("customer-care.yaml");
+    std::fs::write(
+        &yaml,
+        "name: customerCare\ndescription: Answers a customer using the CRM.\n\
+         tools: [lookupCustomer]\nparameters: {type: object}\n\
+         instructions: Look the customer up, then answer.\n",
+    )
+    .unwrap();
+    expect_code(&output(work.command(&["pack"]).arg(&yaml)).await, 0);
+    let mut inspect = work.command(&["inspect", "--config", config]);
+    inspect.arg(work.path("customerCare.wasm"));
+    let (stdout, stderr) = expect_code(&output(&mut inspect).await, 0);
+    assert!(
+        stdout.contains("tools:        lookupCustomer"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(mcp.calls().len(), 2);
 }
 
 /// `ask`, `chat` and `run` act for the user `--header` names, as `serve`

@@ -6,6 +6,7 @@ mod agent_refund;
 mod cli;
 mod gateway;
 mod llm_client;
+mod mcp;
 mod observability;
 mod reload;
 mod runtime;

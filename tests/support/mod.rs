@@ -5,5 +5,6 @@ pub mod crm;
 pub mod environment;
 pub mod fixtures;
 pub mod hand_written;
+pub mod mcp;
 pub mod scripted_llm;
 pub mod signing;

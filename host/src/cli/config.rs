@@ -31,6 +31,7 @@ use skillhost::gateway::{CorsOrigin, MAX_HEADER_TIMEOUT};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::skills::SkillName;
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
+use skillhost::tools::mcp::{self, McpServerConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
 
 use crate::cli::{HostArgs, LogFormat};
@@ -53,6 +54,9 @@ pub struct ConfigFile {
     /// HTTP endpoints exposed as tools.
     #[serde(default)]
     pub tools: Vec<HttpToolConfig>,
+    /// MCP servers whose tools are exposed.
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 /// `[server]`: the gateway.
@@ -369,6 +373,30 @@ impl ConfigFile {
             .collect()
     }
 
+    /// The tools of the file's MCP servers, each server asked for them (at
+    /// once), their header secrets read from the environment.
+    pub async fn mcp_tools(&self) -> anyhow::Result<Vec<Arc<dyn Tool>>> {
+        let env = |name: &str| std::env::var(name).ok();
+        let servers = self
+            .mcp_servers
+            .iter()
+            .map(|server| mcp::connect(server, env));
+        let tools = futures::future::try_join_all(servers).await?;
+        Ok(tools.into_iter().flatten().collect())
+    }
+
+    /// The tools of the file's MCP servers as stand-ins that are never
+    /// called: the servers are asked what their tools are, and a call is
+    /// refused saying `why`.
+    pub async fn mcp_tool_stand_ins(&self, why: &str) -> anyhow::Result<Vec<Arc<dyn Tool>>> {
+        Ok(self
+            .mcp_tools()
+            .await?
+            .into_iter()
+            .map(|tool| Arc::new(StandIn::new(tool.spec().clone(), why)) as Arc<dyn Tool>)
+            .collect())
+    }
+
     /// The LLM as the process environment, then the file, configure it.
     pub fn llm_config(&self) -> Result<LlmConfig, ConfigError> {
         LlmConfig::from_lookup(self.llm_lookup(|name: &str| std::env::var(name).ok()))
@@ -440,6 +468,30 @@ mod tests {
         );
         // The example's secrets are environment variables, not values.
         assert!(!EXAMPLE.contains("sk-"));
+    }
+
+    /// The example's `[[mcp_servers]]`, commented out there (there is no
+    /// such server to connect to), reads as it says; a misspelt key is an
+    /// error naming it.
+    #[test]
+    fn the_examples_mcp_server_reads_once_uncommented() {
+        let block: String = EXAMPLE
+            .lines()
+            .skip_while(|line| *line != "# [[mcp_servers]]")
+            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
+            .collect();
+        let file = ConfigFile::parse(&block).unwrap();
+        let [server] = file.mcp_servers.as_slice() else {
+            panic!("{block}");
+        };
+        assert_eq!(server.name, "crm");
+        assert_eq!(server.read, ["lookupOrderNotes"]);
+        assert_eq!(server.timeout_secs, Some(10));
+        let error = ConfigFile::parse(&block.replace("read =", "reads =")).unwrap_err();
+        assert!(
+            error.to_string().contains("unknown field `reads`"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ use skillhost::skills::FailureKind;
 use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
 use skillhost::tools::ToolRegistry;
 
+use super::StandIns;
 use super::config::{self, ConfigFile};
-use super::scratch_tools;
 use super::sign::TrustArgs;
 
 /// `skillhost inspect`.
@@ -147,7 +147,7 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let runtime = Runtime::new(file.runtime_config(RuntimeConfig::default())?)
         .context("starting the sandbox")
         .map_err(config::name_sandbox_keys)?;
-    let tools = scratch_tools(&file, "inspect")?;
+    let tools = StandIns::of(&file, "inspect").await?.with_fresh_shop()?;
     if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
         report.error = Some(problem);
     }

@@ -27,8 +27,8 @@ use config::ConfigFile;
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::skills::{SkillRegistry, SkillSnapshot};
-use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::{self, DemoDb};
+use skillhost::tools::{Tool, ToolRegistry};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -259,10 +259,11 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     let skills_dir = args.skills_dir()?;
     let runtime = Runtime::new(args.runtime_config(file)?).map_err(config::name_sandbox_keys)?;
     let http_tools = file.http_tools()?;
+    let mcp_tools = file.mcp_tools().await?;
     let db = Arc::new(DemoDb::open(&args.db)?);
     let mut tools = ToolRegistry::new();
     demo::register_all(&mut tools, db)?;
-    for tool in http_tools {
+    for tool in http_tools.into_iter().chain(mcp_tools) {
         tools.register(tool)?;
     }
     let skills = SkillRegistry::load_dir_with_progress(
@@ -303,18 +304,34 @@ fn settings_note<'a>(setting: &str, paths: impl IntoIterator<Item = &'a PathBuf>
     }
 }
 
-/// Every demo tool on a fresh, seeded in-memory shop, and the config
-/// file's HTTP tools as stand-ins: for work that must not touch the demo
-/// database or a real service (test cases, inspecting a file).
-fn scratch_tools(file: &ConfigFile, command: &str) -> anyhow::Result<Arc<ToolRegistry>> {
-    let db = Arc::new(DemoDb::in_memory()?);
-    let mut tools = ToolRegistry::new();
-    demo::register_all(&mut tools, db)?;
-    let why = format!("`skillhost {command}` does not call the config file's HTTP tools");
-    for tool in file.http_tool_stand_ins(&why) {
-        tools.register(tool)?;
+/// The config file's HTTP and MCP tools as stand-ins, never called: for
+/// work that must not reach a real service (test cases, inspecting a file).
+/// The MCP servers are asked what their tools are, nothing more.
+struct StandIns(Vec<Arc<dyn Tool>>);
+
+impl StandIns {
+    async fn of(file: &ConfigFile, command: &str) -> anyhow::Result<Self> {
+        let why =
+            format!("`skillhost {command}` does not call the config file's HTTP or MCP tools");
+        let mcp = file.mcp_tool_stand_ins(&why).await?;
+        Ok(Self(
+            file.http_tool_stand_ins(&why)
+                .into_iter()
+                .chain(mcp)
+                .collect(),
+        ))
     }
-    Ok(Arc::new(tools))
+
+    /// Every demo tool on a fresh, seeded in-memory shop, and the stand-ins.
+    fn with_fresh_shop(&self) -> anyhow::Result<Arc<ToolRegistry>> {
+        let db = Arc::new(DemoDb::in_memory()?);
+        let mut tools = ToolRegistry::new();
+        demo::register_all(&mut tools, db)?;
+        for tool in &self.0 {
+            tools.register(Arc::clone(tool))?;
+        }
+        Ok(Arc::new(tools))
+    }
 }
 
 /// Reports the error that ended the command, as the log format asks.

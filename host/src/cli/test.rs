@@ -6,9 +6,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
-use super::config::{self, ConfigFile};
+use super::config;
 use super::progress::{self, Progress};
-use super::{HostArgs, scratch_tools};
+use super::{HostArgs, StandIns};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
 use skillhost::agent::llm::{ConfigError, LlmClient};
 use skillhost::agent::{Agent, SkillPath};
@@ -47,7 +47,8 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     };
     let runtime =
         Runtime::new(args.host.runtime_config(&file)?).map_err(config::name_sandbox_keys)?;
-    let skills = Arc::new(load_skills(&args.host, &file, runtime).await?);
+    let stand_ins = StandIns::of(&file, "test").await?;
+    let skills = Arc::new(load_skills(&args.host, &stand_ins, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {
         snapshot.skills().collect()
@@ -94,7 +95,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
         for case in &manifest.test_cases {
             progress.set_message(format!("{} › {}", manifest.name, case.name));
-            let mut agent = Agent::builder(skills.clone()).tools(scratch_tools(&file, "test")?);
+            let mut agent = Agent::builder(skills.clone()).tools(stand_ins.with_fresh_shop()?);
             if let Some(llm) = &llm {
                 agent = agent.llm(llm.clone());
             }
@@ -142,17 +143,17 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The skills of the directory, resolved against the demo tools and the
-/// config file's HTTP tools (stand-ins). The tools' database is a
+/// config file's HTTP and MCP tools (stand-ins). The tools' database is a
 /// throwaway: cases run on their own.
 async fn load_skills(
     args: &HostArgs,
-    file: &ConfigFile,
+    stand_ins: &StandIns,
     runtime: Runtime,
 ) -> anyhow::Result<SkillRegistry> {
     let policy = args.signature_policy()?;
     Ok(SkillRegistry::load_dir_with_progress(
         runtime,
-        scratch_tools(file, "test")?,
+        stand_ins.with_fresh_shop()?,
         policy,
         args.skills_dir()?,
         progress::loading_skills(),

@@ -256,9 +256,6 @@ impl HttpTool {
             }
             placed.push(field);
         }
-        if config.timeout_secs == Some(0) {
-            return Err(invalid("timeout_secs must be at least 1".into()));
-        }
         // Only declared arguments are sent: an extra key a model or a skill
         // adds would otherwise reach the service as a body field or a query
         // parameter no one reviewed. A schema that allows them says so.
@@ -268,16 +265,7 @@ impl HttpTool {
                 .entry("additionalProperties")
                 .or_insert(Value::Bool(false));
         }
-        let mut headers = HeaderMap::new();
-        for (name, value) in &config.headers {
-            let value = expand_env(value, &env).map_err(&invalid)?;
-            let name = HeaderName::try_from(name.as_str())
-                .map_err(|e| invalid(format!("header name `{name}`: {e}")))?;
-            let mut value = HeaderValue::try_from(value)
-                .map_err(|_| invalid(format!("header `{name}` has an invalid value")))?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
+        let headers = secret_headers(&config.headers, &env).map_err(&invalid)?;
         let mut forward = Vec::new();
         for name in &config.forward_headers {
             let name = HeaderName::try_from(name.as_str())
@@ -298,15 +286,7 @@ impl HttpTool {
             }
             forward.push(name);
         }
-        let timeout = config
-            .timeout_secs
-            .map_or(DEFAULT_TIMEOUT, Duration::from_secs);
-        let http = reqwest::Client::builder()
-            .timeout(timeout)
-            .user_agent(concat!("skillhost/", env!("CARGO_PKG_VERSION")))
-            .redirect(same_origin_redirects())
-            .build()
-            .map_err(|e| invalid(format!("cannot build an HTTP client: {e}")))?;
+        let http = client(config.timeout_secs).map_err(invalid)?;
         Ok(Self {
             spec: ToolSpec {
                 name: config.name,
@@ -488,7 +468,7 @@ impl Tool for HttpTool {
 }
 
 /// The body, at most [`MAX_RESPONSE_BYTES`].
-async fn read_limited(response: reqwest::Response) -> Result<String, String> {
+pub(super) async fn read_limited(response: reqwest::Response) -> Result<String, String> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -503,7 +483,7 @@ async fn read_limited(response: reqwest::Response) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-fn snippet(text: &str) -> String {
+pub(super) fn snippet(text: &str) -> String {
     crate::text::clip(text.trim(), ERROR_SNIPPET_CHARS)
 }
 
@@ -553,6 +533,41 @@ fn parse_template(url: &str) -> Result<Vec<Piece>, String> {
         pieces.push(Piece::Literal(rest.to_owned()));
     }
     Ok(pieces)
+}
+
+/// The configured headers, each `${VAR}` replaced through `env`, marked
+/// sensitive so that they are never logged.
+pub(super) fn secret_headers(
+    configured: &BTreeMap<String, String>,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::new();
+    for (name, value) in configured {
+        let value = expand_env(value, env)?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|e| format!("header name `{name}`: {e}"))?;
+        let mut value = HeaderValue::try_from(value)
+            .map_err(|_| format!("header `{name}` has an invalid value"))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
+/// The client a configured service is called with: `timeout_secs` per
+/// call (default [`DEFAULT_TIMEOUT`]; zero is refused), redirects within
+/// the service's origin only.
+pub(super) fn client(timeout_secs: Option<u64>) -> Result<reqwest::Client, String> {
+    if timeout_secs == Some(0) {
+        return Err("timeout_secs must be at least 1".into());
+    }
+    let timeout = timeout_secs.map_or(DEFAULT_TIMEOUT, Duration::from_secs);
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .user_agent(concat!("skillhost/", env!("CARGO_PKG_VERSION")))
+        .redirect(same_origin_redirects())
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))
 }
 
 /// Follows redirects within the service's origin only: reqwest strips the

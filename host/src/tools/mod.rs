@@ -7,6 +7,7 @@
 
 pub mod demo;
 pub mod http;
+pub mod mcp;
 mod registry;
 
 #[cfg(test)]

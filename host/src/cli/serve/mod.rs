@@ -112,6 +112,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let env = |name: &str| std::env::var(name).ok();
     let http_tools = file.http_tools()?;
+    let mcp_tools = file.mcp_tools().await?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let skills_dir = args.host.skills_dir()?;
@@ -144,6 +145,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .register_tools(|tools| {
             http_tools
                 .into_iter()
+                .chain(mcp_tools)
                 .try_for_each(|tool| tools.register(tool))
         })
         .agent_config(agent_config)

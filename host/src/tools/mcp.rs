@@ -1,0 +1,719 @@
+//! The tools of MCP servers, declared in configuration: a team that already
+//! serves its operations over the Model Context Protocol offers them to
+//! skills and the agent without writing Rust.
+//!
+//! ```toml
+//! [[mcp_servers]]
+//! name = "crm"
+//! url = "https://crm.example.com/mcp"
+//! headers = { Authorization = "Bearer ${CRM_TOKEN}" }
+//! tools = ["lookupCustomer", "updateCustomer"]   # default: every tool the server lists
+//! read = ["lookupCustomer"]                       # the others are writes
+//! ```
+//!
+//! The host is a client of MCP's Streamable HTTP transport. When the tools
+//! are built ([`connect`]) it opens a session (`initialize`, then
+//! `notifications/initialized`) and lists the server's tools (`tools/list`,
+//! every page); each one taken becomes a [`Tool`] with the server's name,
+//! description and input schema, so the registry validates a call's
+//! arguments before the server sees them. A server that cannot be reached,
+//! or that `tools` or `read` name a tool of that it does not list, stops the
+//! host from starting with an error naming the server: a misspelt name would
+//! otherwise leave a tool missing, or a write unconfirmed.
+//!
+//! A tool is a write unless `read` names it: a write waits for a person's
+//! approval as the confirmation policy says, and the server's own
+//! `readOnlyHint` is the service's claim, not the operator's word.
+//!
+//! A call is a `tools/call` in the session; the answer may come as JSON or
+//! as an event stream, which is read until the answer (other messages on it
+//! are ignored), at most [`MAX_RESPONSE_BYTES`] of it. A server that has
+//! forgotten the session (`404`) gets a new one and the call is sent again,
+//! once: it never reached the tool. The result is the tool's
+//! `structuredContent` when it sends one, else its text — parsed when it is
+//! JSON — (several contents make an array; images and other binary
+//! contents are named, not passed on). A result the tool marks `isError` is
+//! a [`ToolError::Rejected`] carrying its text, which the model can relay; a
+//! JSON-RPC error, an HTTP error or a broken answer a [`ToolError::Failed`].
+//! Headers hold secrets (`${VAR}` from the environment, as for HTTP tools),
+//! are never logged, and do not follow a redirect to another origin.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::http::{MAX_RESPONSE_BYTES, client, read_limited, secret_headers, snippet};
+use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
+use crate::skills::manifest::is_function_name;
+
+/// The protocol revision the host asks for. A server may answer with
+/// another of [`PROTOCOL_VERSIONS`].
+const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// The revisions whose tool calls this client speaks: the same
+/// `initialize`, `tools/list` and `tools/call` in each.
+const PROTOCOL_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// Pages of `tools/list` read at most: a server whose cursor never ends
+/// would otherwise hold the host's start for ever.
+const MAX_LIST_PAGES: usize = 100;
+
+/// The JSON-RPC error code of invalid parameters.
+const INVALID_PARAMS: i64 = -32602;
+
+/// One MCP server as declared in configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// What errors and logs call the server.
+    pub name: String,
+    /// The server's MCP endpoint, `http(s)://host/path`.
+    pub url: String,
+    /// Header values may hold `${VAR}`, read from the environment.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The tools to take from the server. Default: every tool it lists.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// The tools that only read; every other one is a write.
+    #[serde(default)]
+    pub read: Vec<String>,
+    /// Seconds one request may take. Default: [`super::http::DEFAULT_TIMEOUT`].
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Why an MCP server's tools could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MCP server `{server}` ({url}): {reason}")]
+pub struct McpError {
+    server: String,
+    url: String,
+    reason: String,
+}
+
+/// Connects to the server `config` declares and builds the tools it takes
+/// from it, reading `${VAR}`s in header values through `env`.
+pub async fn connect(
+    config: &McpServerConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let error = |reason: String| McpError {
+        server: config.name.clone(),
+        url: shown_url(&config.url),
+        reason,
+    };
+    if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
+        return Err(error("the url must be http(s)".into()));
+    }
+    let session = Arc::new(Session {
+        server: config.name.clone(),
+        url: config.url.clone(),
+        http: client(config.timeout_secs).map_err(&error)?,
+        headers: secret_headers(&config.headers, &env).map_err(&error)?,
+        state: tokio::sync::RwLock::new(None),
+        renewing: tokio::sync::Mutex::new(()),
+        next_id: AtomicU64::new(1),
+    });
+    session.open().await.map_err(&error)?;
+    let listed = session.list_tools().await.map_err(&error)?;
+    take_tools(config, listed, &session).map_err(error)
+}
+
+/// `url` as errors show it: without a password or query, where a
+/// credential could be.
+fn shown_url(url: &str) -> String {
+    let Ok(mut url) = reqwest::Url::parse(url) else {
+        return url.to_owned();
+    };
+    url.set_query(None);
+    // Only fails for URLs that cannot have credentials.
+    let _ = url.set_password(None);
+    url.to_string()
+}
+
+/// The listed tools `config` takes, with their access; an error for a
+/// name in `tools` or `read` that the server does not list.
+fn take_tools(
+    config: &McpServerConfig,
+    listed: Vec<ListedTool>,
+    session: &Arc<Session>,
+) -> Result<Vec<Arc<dyn Tool>>, String> {
+    let names: BTreeSet<&str> = listed.iter().map(|tool| tool.name.as_str()).collect();
+    let named = config.tools.iter().flatten().map(|name| ("tools", name));
+    for (key, name) in named.chain(config.read.iter().map(|name| ("read", name))) {
+        if !names.contains(name.as_str()) {
+            let offered: Vec<&str> = names.iter().copied().collect();
+            return Err(format!(
+                "{key} names `{name}`, which the server does not list (it lists: {})",
+                if offered.is_empty() {
+                    "no tools".to_owned()
+                } else {
+                    offered.join(", ")
+                }
+            ));
+        }
+    }
+    let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+    for tool in listed {
+        if config
+            .tools
+            .as_ref()
+            .is_some_and(|taken| !taken.contains(&tool.name))
+        {
+            continue;
+        }
+        if !is_function_name(&tool.name) {
+            return Err(format!(
+                "tool `{}`: not a name a model can call (an ASCII letter, then letters, digits, \
+                 `_` or `-`, at most 64 bytes); leave it out with `tools`",
+                tool.name
+            ));
+        }
+        if tool.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(format!(
+                "tool `{}`: its inputSchema does not describe an object",
+                tool.name
+            ));
+        }
+        let access = if config.read.contains(&tool.name) {
+            Access::Read
+        } else {
+            Access::Write
+        };
+        tools.push(Arc::new(McpTool {
+            spec: ToolSpec {
+                description: tool
+                    .description
+                    .or(tool.title)
+                    .unwrap_or_else(|| tool.name.clone()),
+                name: tool.name,
+                parameters: tool.input_schema,
+                access,
+            },
+            session: Arc::clone(session),
+        }));
+    }
+    Ok(tools)
+}
+
+/// A tool as `tools/list` describes it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListedTool {
+    name: String,
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    input_schema: Value,
+}
+
+/// A page of `tools/list`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolsPage {
+    tools: Vec<ListedTool>,
+    #[serde(default)]
+    next_cursor: Option<String>,
+}
+
+/// The session with one server, shared by its tools.
+struct Session {
+    server: String,
+    url: String,
+    http: reqwest::Client,
+    headers: HeaderMap,
+    /// Set once the session is open.
+    state: tokio::sync::RwLock<Option<SessionState>>,
+    /// Held while a forgotten session is renewed, so that calls that find
+    /// it forgotten together open one new session, not one each.
+    renewing: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+}
+
+/// What `initialize` agreed on.
+#[derive(Clone, PartialEq, Eq)]
+struct SessionState {
+    /// `Mcp-Session-Id`, when the server keeps sessions.
+    id: Option<HeaderValue>,
+    protocol: HeaderValue,
+}
+
+/// Why a request got no result.
+enum Failure {
+    /// The server no longer knows the session: a new one may be opened.
+    SessionGone,
+    /// The server answered with a JSON-RPC error.
+    Rpc { code: i64, message: String },
+    /// Anything else: unreachable, an HTTP error, a broken answer.
+    Other(String),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SessionGone => f.write_str("the server no longer knows the session"),
+            Self::Rpc { code, message } => write!(f, "the server answered error {code}: {message}"),
+            Self::Other(reason) => f.write_str(reason),
+        }
+    }
+}
+
+impl Session {
+    /// `initialize` and `notifications/initialized`: the session's state.
+    async fn open(&self) -> Result<(), String> {
+        let params = json!({
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let (result, session_id) = self
+            .post("initialize", params, None)
+            .await
+            .map_err(|failure| format!("initialize: {failure}"))?;
+        let protocol = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .ok_or("initialize: the answer has no protocolVersion")?;
+        if !PROTOCOL_VERSIONS.contains(&protocol) {
+            return Err(format!(
+                "the server speaks MCP {protocol}; this host speaks {}",
+                PROTOCOL_VERSIONS.join(", ")
+            ));
+        }
+        let state = SessionState {
+            id: session_id,
+            protocol: HeaderValue::from_str(protocol).map_err(|e| e.to_string())?,
+        };
+        self.notify("notifications/initialized", &state).await?;
+        *self.state.write().await = Some(state);
+        Ok(())
+    }
+
+    /// Every tool the server lists, page after page.
+    async fn list_tools(&self) -> Result<Vec<ListedTool>, String> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.map_or_else(|| json!({}), |cursor| json!({ "cursor": cursor }));
+            let result = self
+                .call("tools/list", params)
+                .await
+                .map_err(|failure| format!("tools/list: {failure}"))?;
+            let page: ToolsPage = serde_json::from_value(result)
+                .map_err(|e| format!("tools/list: an unreadable answer: {e}"))?;
+            tools.extend(page.tools);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(tools),
+            }
+        }
+        Err(format!(
+            "tools/list: more than {MAX_LIST_PAGES} pages; the cursor does not end"
+        ))
+    }
+
+    /// A request in the session, renewed once if the server forgot it.
+    async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
+        let state = self.state.read().await.clone();
+        match self.post(method, params.clone(), state.as_ref()).await {
+            Err(Failure::SessionGone) => {
+                self.renew(state).await.map_err(Failure::Other)?;
+                let state = self.state.read().await.clone();
+                self.post(method, params, state.as_ref())
+                    .await
+                    .map(|(result, _)| result)
+            }
+            answered => answered.map(|(result, _)| result),
+        }
+    }
+
+    /// Opens a new session in place of `forgotten`, unless another call
+    /// already has.
+    async fn renew(&self, forgotten: Option<SessionState>) -> Result<(), String> {
+        let _renewing = self.renewing.lock().await;
+        if *self.state.read().await != forgotten {
+            return Ok(());
+        }
+        tracing::info!(server = %self.server, "MCP session forgotten by the server; opening a new one");
+        self.open().await
+    }
+
+    fn request(&self, state: Option<&SessionState>) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .headers(self.headers.clone())
+            .header(
+                reqwest::header::ACCEPT,
+                "application/json, text/event-stream",
+            );
+        if let Some(state) = state {
+            request = request.header("mcp-protocol-version", state.protocol.clone());
+            if let Some(id) = &state.id {
+                request = request.header("mcp-session-id", id.clone());
+            }
+        }
+        request
+    }
+
+    async fn notify(&self, method: &str, state: &SessionState) -> Result<(), String> {
+        let response = self
+            .request(Some(state))
+            .json(&json!({"jsonrpc": "2.0", "method": method}))
+            .send()
+            .await
+            .map_err(|e| format!("{method}: {}", crate::text::error_chain(&e.without_url())))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            let body = read_limited(response).await.unwrap_or_default();
+            Err(format!(
+                "{method}: the server answered {status}: {}",
+                snippet(&body)
+            ))
+        }
+    }
+
+    /// Sends one request; its result and the session id the answer set.
+    async fn post(
+        &self,
+        method: &str,
+        params: Value,
+        state: Option<&SessionState>,
+    ) -> Result<(Value, Option<HeaderValue>), Failure> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let response = self
+            .request(state)
+            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .send()
+            .await
+            .map_err(|e| Failure::Other(crate::text::error_chain(&e.without_url())))?;
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND && state.is_some_and(|state| state.id.is_some()) {
+            return Err(Failure::SessionGone);
+        }
+        let session_id = response.headers().get("mcp-session-id").cloned();
+        let is_stream = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .is_some_and(|value| value.starts_with("text/event-stream"));
+        if !status.is_success() {
+            let body = read_limited(response).await.unwrap_or_default();
+            return Err(Failure::Other(format!(
+                "the server answered {status}: {}",
+                snippet(&body)
+            )));
+        }
+        let answer = if is_stream {
+            answer_in_stream(response, id).await?
+        } else {
+            let body = read_limited(response).await.map_err(Failure::Other)?;
+            serde_json::from_str(&body)
+                .map_err(|e| Failure::Other(format!("the answer is not JSON: {e}")))?
+        };
+        result_of(answer, id).map(|result| (result, session_id))
+    }
+}
+
+/// The `result` of the JSON-RPC answer to request `id`.
+fn result_of(mut answer: Value, id: u64) -> Result<Value, Failure> {
+    if answer.get("id") != Some(&json!(id)) {
+        return Err(Failure::Other(format!(
+            "the answer is not to this request: {}",
+            snippet(&answer.to_string())
+        )));
+    }
+    if let Some(error) = answer.get("error") {
+        return Err(Failure::Rpc {
+            code: error.get("code").and_then(Value::as_i64).unwrap_or(0),
+            message: error
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("no message")
+                .to_owned(),
+        });
+    }
+    answer
+        .get_mut("result")
+        .map(Value::take)
+        .ok_or_else(|| Failure::Other("the answer has neither result nor error".into()))
+}
+
+/// Reads an event stream until the message answering request `id`.
+async fn answer_in_stream(response: reqwest::Response, id: u64) -> Result<Value, Failure> {
+    let mut events = EventReader::default();
+    let mut read = 0;
+    let mut body = response.bytes_stream();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| Failure::Other(format!("reading the stream failed: {e}")))?;
+        read += chunk.len();
+        if read > MAX_RESPONSE_BYTES {
+            return Err(Failure::Other(format!(
+                "the stream passed {MAX_RESPONSE_BYTES} bytes without the answer"
+            )));
+        }
+        for data in events.push(&chunk) {
+            if let Some(answer) = answer_to(&data, id) {
+                return Ok(answer);
+            }
+        }
+    }
+    match events.finish() {
+        Some(data) => answer_to(&data, id),
+        None => None,
+    }
+    .ok_or_else(|| Failure::Other("the stream ended without the answer".into()))
+}
+
+/// The event's message, when it answers request `id` (a stream may also
+/// carry the server's notifications and requests).
+fn answer_to(data: &str, id: u64) -> Option<Value> {
+    let message: Value = serde_json::from_str(data).ok()?;
+    (message.get("id") == Some(&json!(id))
+        && (message.get("result").is_some() || message.get("error").is_some()))
+    .then_some(message)
+}
+
+/// Splits server-sent events into their data, across chunk boundaries:
+/// `data:` lines joined by newlines, an event ending at a blank line.
+#[derive(Debug, Default)]
+struct EventReader {
+    line: Vec<u8>,
+    data: Option<String>,
+}
+
+impl EventReader {
+    /// The data of each event `bytes` completes.
+    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
+        let mut events = Vec::new();
+        for &byte in bytes {
+            if byte == b'\n' {
+                let line = std::mem::take(&mut self.line);
+                events.extend(self.end_line(&line));
+            } else {
+                self.line.push(byte);
+            }
+        }
+        events
+    }
+
+    /// The last event, when the stream ended without its blank line.
+    fn finish(mut self) -> Option<String> {
+        let line = std::mem::take(&mut self.line);
+        self.end_line(&line).or(self.data)
+    }
+
+    /// Takes one line in; the event's data when the line (blank) ends it.
+    fn end_line(&mut self, line: &[u8]) -> Option<String> {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() {
+            return self.data.take();
+        }
+        if let Some(value) = line.strip_prefix("data:") {
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match &mut self.data {
+                Some(data) => {
+                    data.push('\n');
+                    data.push_str(value);
+                }
+                None => self.data = Some(value.to_owned()),
+            }
+        }
+        None
+    }
+}
+
+/// One tool of an MCP server.
+struct McpTool {
+    spec: ToolSpec,
+    session: Arc<Session>,
+}
+
+impl fmt::Debug for McpTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpTool")
+            .field("name", &self.spec.name)
+            .field("server", &self.session.server)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+        let name = &self.spec.name;
+        let params = json!({"name": name, "arguments": arguments});
+        match self.session.call("tools/call", params).await {
+            Ok(result) => tool_result(name, result),
+            Err(Failure::Rpc { code, message }) if code == INVALID_PARAMS => {
+                Err(ToolError::InvalidArguments {
+                    tool: name.clone(),
+                    message,
+                })
+            }
+            Err(failure) => Err(ToolError::Failed(format!(
+                "{name} (MCP server `{}`): {failure}",
+                self.session.server
+            ))),
+        }
+    }
+}
+
+/// A `tools/call` result as the tool's result, or its error.
+fn tool_result(name: &str, mut result: Value) -> Result<Value, ToolError> {
+    let contents = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|contents| contents.iter().map(content_value).collect::<Vec<_>>())
+        .unwrap_or_default();
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        let text = contents
+            .iter()
+            .map(|content| match content {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        return Err(ToolError::Rejected(format!("{name}: {text}")));
+    }
+    if let Some(structured) = result.get_mut("structuredContent") {
+        return Ok(structured.take());
+    }
+    Ok(match <[Value; 1]>::try_from(contents) {
+        Ok([only]) => only,
+        Err(contents) => Value::Array(contents),
+    })
+}
+
+/// One content of a result: text (parsed when it is JSON), or what kind of
+/// content was left out.
+fn content_value(content: &Value) -> Value {
+    match content.get("type").and_then(Value::as_str) {
+        Some("text") => {
+            let text = content.get("text").and_then(Value::as_str).unwrap_or("");
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+        }
+        kind => json!({
+            "type": kind.unwrap_or("unknown"),
+            "omitted": "only text contents are passed on",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_split_across_chunks_and_lines_joined() {
+        let mut reader = EventReader::default();
+        assert!(reader.push(b"event: message\r\nda").is_empty());
+        assert_eq!(
+            reader.push(b"ta: {\"a\":\r\ndata: 1}\r\n\r\n: comment\n"),
+            ["{\"a\":\n1}"]
+        );
+        assert!(reader.push(b"data: last").is_empty());
+        assert_eq!(reader.finish().as_deref(), Some("last"));
+        let mut reader = EventReader::default();
+        assert!(reader.push(b"data: 1\n").is_empty());
+        assert_eq!(reader.finish().as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn errors_show_the_url_without_its_password_or_query() {
+        assert_eq!(
+            shown_url("https://bot:s3cret@mcp.example.com/mcp?key=s3cret"),
+            "https://bot@mcp.example.com/mcp"
+        );
+    }
+
+    #[test]
+    fn a_stream_answer_is_the_message_with_the_request_id_and_a_result() {
+        assert_eq!(
+            answer_to(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#, 3),
+            None
+        );
+        assert_eq!(answer_to(r#"{"id":2,"result":{}}"#, 3), None);
+        assert_eq!(
+            answer_to(r#"{"id":3,"method":"sampling/createMessage"}"#, 3),
+            None
+        );
+        assert_eq!(
+            answer_to(r#"{"id":3,"result":{"x":1}}"#, 3),
+            Some(json!({"id":3,"result":{"x":1}}))
+        );
+    }
+
+    #[test]
+    fn results_prefer_structured_content_then_text_parsed_when_json() {
+        let text = |text: &str| json!({"type": "text", "text": text});
+        assert_eq!(
+            tool_result(
+                "t",
+                json!({"content": [text("{\"a\":1}")], "structuredContent": {"b": 2}})
+            ),
+            Ok(json!({"b": 2}))
+        );
+        assert_eq!(
+            tool_result("t", json!({"content": [text("{\"a\":1}")]})),
+            Ok(json!({"a": 1}))
+        );
+        assert_eq!(
+            tool_result("t", json!({"content": [text("plain")]})),
+            Ok(json!("plain"))
+        );
+        assert_eq!(
+            tool_result(
+                "t",
+                json!({"content": [text("1"), {"type": "image", "data": "AAAA"}]})
+            ),
+            Ok(json!([1, {"type": "image", "omitted": "only text contents are passed on"}]))
+        );
+        assert_eq!(
+            tool_result(
+                "t",
+                json!({"content": [text("no such customer")], "isError": true})
+            ),
+            Err(ToolError::Rejected("t: no such customer".into()))
+        );
+    }
+
+    #[test]
+    fn an_rpc_error_or_a_stray_answer_is_a_failure() {
+        match result_of(
+            json!({"id": 1, "error": {"code": -32602, "message": "bad"}}),
+            1,
+        ) {
+            Err(Failure::Rpc { code, message }) => {
+                assert_eq!((code, message.as_str()), (-32602, "bad"))
+            }
+            _ => panic!("not an RPC error"),
+        }
+        assert!(matches!(
+            result_of(json!({"id": 2, "result": {}}), 1),
+            Err(Failure::Other(_))
+        ));
+        assert!(matches!(
+            result_of(json!({"id": 1}), 1),
+            Err(Failure::Other(_))
+        ));
+    }
+}

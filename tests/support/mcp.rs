@@ -1,0 +1,190 @@
+//! A small MCP server on loopback (Streamable HTTP, JSON-RPC over POST),
+//! behind the MCP tools' tests: the messages it got are kept to be read.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// What the server got: one message a line, `method session protocol`.
+#[derive(Clone, Default)]
+pub struct McpServer {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    received: Vec<Received>,
+    sessions: BTreeSet<String>,
+    opened: usize,
+    /// The protocol revision `initialize` answers with.
+    protocol: Option<String>,
+}
+
+/// One message the server got.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    pub session: Option<String>,
+    pub protocol: Option<String>,
+    pub params: Value,
+}
+
+impl McpServer {
+    /// Serves on loopback; the endpoint's URL.
+    pub async fn start(&self) -> String {
+        let app = Router::new()
+            .route("/mcp", post(message))
+            .with_state(self.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        url
+    }
+
+    /// Answers `initialize` with `protocol` instead of the client's.
+    pub fn speaking(self, protocol: &str) -> Self {
+        self.inner.lock().unwrap().protocol = Some(protocol.to_owned());
+        self
+    }
+
+    /// Forgets every session, as a restarted server does.
+    pub fn forget_sessions(&self) {
+        self.inner.lock().unwrap().sessions.clear();
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.inner.lock().unwrap().received.clone()
+    }
+
+    /// The `tools/call`s it got: tool name and arguments.
+    pub fn calls(&self) -> Vec<(String, Value)> {
+        self.received()
+            .into_iter()
+            .filter(|received| received.method == "tools/call")
+            .map(|call| {
+                (
+                    call.params["name"].as_str().unwrap().to_owned(),
+                    call.params["arguments"].clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Its tools, in two pages of `tools/list`.
+fn tool_pages() -> [Value; 2] {
+    let object = |properties: Value, required: Value| json!({"type": "object", "properties": properties, "required": required});
+    [
+        json!({
+            "tools": [
+                {"name": "lookupCustomer", "description": "Look a customer up by id.",
+                 "inputSchema": object(json!({"id": {"type": "string"}}), json!(["id"])),
+                 "annotations": {"readOnlyHint": true}},
+                {"name": "updateCustomer", "title": "Update a customer",
+                 "inputSchema": object(json!({"id": {"type": "string"}, "level": {"type": "string"}}), json!(["id", "level"])),
+                 // The server's claim: the host still treats it as a write.
+                 "annotations": {"readOnlyHint": true}},
+            ],
+            "nextCursor": "page-2",
+        }),
+        json!({
+            "tools": [
+                {"name": "customerReport", "description": "A report, streamed.",
+                 "inputSchema": object(json!({}), json!([]))},
+                {"name": "risky.tool", "description": "Not a function name.",
+                 "inputSchema": object(json!({}), json!([]))},
+            ],
+        }),
+    ]
+}
+
+async fn message(State(server): State<McpServer>, headers: HeaderMap, body: String) -> Response {
+    let message: Value = serde_json::from_str(&body).unwrap();
+    let header_text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+    let method = message["method"].as_str().unwrap().to_owned();
+    let session = header_text("mcp-session-id");
+    let mut inner = server.inner.lock().unwrap();
+    inner.received.push(Received {
+        method: method.clone(),
+        session: session.clone(),
+        protocol: header_text("mcp-protocol-version"),
+        params: message["params"].clone(),
+    });
+    if method != "initialize"
+        && !session
+            .as_ref()
+            .is_some_and(|id| inner.sessions.contains(id))
+    {
+        return (StatusCode::NOT_FOUND, "no such session").into_response();
+    }
+    let id = message["id"].clone();
+    let answer = |result: Value| json!({"jsonrpc": "2.0", "id": id, "result": result});
+    match method.as_str() {
+        "initialize" => {
+            inner.opened += 1;
+            let session = format!("session-{}", inner.opened);
+            inner.sessions.insert(session.clone());
+            let protocol = inner.protocol.clone().unwrap_or_else(|| {
+                message["params"]["protocolVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            });
+            let result = answer(json!({
+                "protocolVersion": protocol,
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "crm", "version": "1.0.0"},
+            }));
+            ([("mcp-session-id", session)], axum::Json(result)).into_response()
+        }
+        "notifications/initialized" => StatusCode::ACCEPTED.into_response(),
+        "tools/list" => {
+            let [first, second] = tool_pages();
+            let page = if message["params"]["cursor"] == "page-2" {
+                second
+            } else {
+                first
+            };
+            axum::Json(answer(page)).into_response()
+        }
+        "tools/call" => {
+            let arguments = &message["params"]["arguments"];
+            match message["params"]["name"].as_str().unwrap() {
+                "lookupCustomer" if arguments["id"] == "u1001" => axum::Json(answer(json!({
+                    "content": [{"type": "text", "text": "{\"id\":\"u1001\",\"name\":\"Li Lei\",\"level\":\"gold\"}"}],
+                })))
+                .into_response(),
+                "lookupCustomer" => axum::Json(answer(json!({
+                    "content": [{"type": "text", "text": format!("no customer {}", arguments["id"])}],
+                    "isError": true,
+                })))
+                .into_response(),
+                "updateCustomer" => axum::Json(answer(json!({
+                    "content": [{"type": "text", "text": "updated"}],
+                    "structuredContent": {"id": arguments["id"], "level": arguments["level"]},
+                })))
+                .into_response(),
+                // An event stream: a progress notification, then the answer.
+                "customerReport" => {
+                    let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                          "params": {"progress": 1}});
+                    let result = answer(json!({"content": [{"type": "text", "text": "3 customers"}]}));
+                    let body = format!("event: message\ndata: {progress}\n\nevent: message\ndata: {result}\n\n");
+                    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+                }
+                other => axum::Json(json!({"jsonrpc": "2.0", "id": id,
+                    "error": {"code": -32602, "message": format!("unknown tool {other}")}}))
+                .into_response(),
+            }
+        }
+        other => axum::Json(json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": -32601, "message": format!("no method {other}")}}))
+        .into_response(),
+    }
+}
