@@ -1641,7 +1641,8 @@ async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() 
         &config,
         format!(
             "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
-             tools = [\"lookupCustomer\", \"updateCustomer\"]\nread = [\"lookupCustomer\"]\n"
+             tools = [\"lookupCustomer\", \"updateCustomer\"]\nread = [\"lookupCustomer\"]\n\
+             forward_headers = [\"X-User-Id\"]\n"
         ),
     )
     .unwrap();
@@ -1656,7 +1657,15 @@ async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() 
     ])
     .await;
     let mut ask = work.host_command(
-        &["ask", "make u1001 platinum", "--config", config, "--yes"],
+        &[
+            "ask",
+            "make u1001 platinum",
+            "--config",
+            config,
+            "--yes",
+            "--header",
+            "X-User-Id: agent-7",
+        ],
         &bundled(),
     );
     let (stdout, stderr) = expect_code(&output(with_llm(&mut ask, &llm)).await, 0);
@@ -1672,6 +1681,18 @@ async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() 
         .unwrap()
         .to_owned();
     assert!(looked_up.contains("Li Lei"), "{looked_up}");
+    // The header goes to the MCP server's tools, so no warning of it.
+    assert!(!stderr.contains("forwards it"), "{stderr}");
+    let users: Vec<_> = mcp
+        .received()
+        .into_iter()
+        .filter(|received| received.method == "tools/call")
+        .map(|received| received.user)
+        .collect();
+    assert_eq!(
+        users,
+        [Some("agent-7".to_owned()), Some("agent-7".to_owned())]
+    );
     // Only the write asked.
     assert_eq!(
         stderr.matches("approved (--yes)").count(),
@@ -1749,10 +1770,13 @@ async fn ask_acts_for_the_user_its_header_option_names() {
     assert_eq!(seen, json!({"authorization": null, "userId": "agent-7"}));
     // The header no tool forwards is named, not silently dropped.
     assert!(
-        stderr.contains("--header x-tenant: no HTTP tool of the config file forwards it"),
+        stderr.contains("--header x-tenant: no HTTP or MCP tool of the config file forwards it"),
         "{stderr}"
     );
-    assert!(!stderr.contains("x-user-id: no HTTP tool"), "{stderr}");
+    assert!(
+        !stderr.contains("x-user-id: no HTTP or MCP tool"),
+        "{stderr}"
+    );
 
     // Without it the call fails unsent, and the model is told why.
     let (refused, _) = ask(&[]).await;

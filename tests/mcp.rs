@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
-use skillhost::tools::{Access, ToolError, ToolRegistry};
+use skillhost::tools::{Access, ToolCaller, ToolContext, ToolError, ToolRegistry};
 
 use crate::support::mcp::McpServer;
 
@@ -24,6 +25,7 @@ fn declared(url: &str) -> McpServerConfig {
             "customerReport".into(),
         ]),
         read: vec!["lookupCustomer".into(), "customerReport".into()],
+        forward_headers: Vec::new(),
         timeout_secs: None,
     }
 }
@@ -122,6 +124,53 @@ async fn a_tool_error_is_a_rejection_and_invalid_arguments_never_reach_the_serve
     assert_eq!(
         server.calls(),
         [("lookupCustomer".to_owned(), json!({"id": "u9"}))]
+    );
+}
+
+/// `forward_headers`: the run's header goes with each tool call (and
+/// with nothing the host sends on its own); a run without it is refused
+/// before the server sees the call.
+#[tokio::test]
+async fn a_tool_call_carries_the_header_the_run_was_started_with() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let mut config = declared(&url);
+    config.forward_headers = vec!["X-User-Id".into()];
+    let registry = registry_of(&config).await;
+    let mut forwarded = Forwarded::default();
+    forwarded.append("x-user-id".parse().unwrap(), "agent-7".parse().unwrap());
+    let context = ToolContext::new().with(forwarded);
+    let arguments = json!({"id": "u1001"});
+    registry
+        .call_as(
+            ToolCaller::Host,
+            &context,
+            "lookupCustomer",
+            arguments.clone(),
+        )
+        .await
+        .unwrap();
+    let Err(ToolError::NotPermitted { reason, .. }) =
+        registry.call("lookupCustomer", arguments).await
+    else {
+        panic!("a call without the header was sent");
+    };
+    assert!(reason.contains("`x-user-id` header"), "{reason}");
+    let users: Vec<(String, Option<String>)> = server
+        .received()
+        .into_iter()
+        .map(|received| (received.method, received.user))
+        .collect();
+    let by_host = |method: &str| (method.to_owned(), None);
+    assert_eq!(
+        users,
+        [
+            by_host("initialize"),
+            by_host("notifications/initialized"),
+            by_host("tools/list"),
+            by_host("tools/list"),
+            ("tools/call".to_owned(), Some("agent-7".to_owned())),
+        ]
     );
 }
 

@@ -32,6 +32,8 @@ pub struct Received {
     pub method: String,
     pub session: Option<String>,
     pub protocol: Option<String>,
+    /// `X-User-Id`: whom the request says it acts for.
+    pub user: Option<String>,
     pub params: Value,
 }
 
@@ -114,6 +116,7 @@ async fn message(State(server): State<McpServer>, headers: HeaderMap, body: Stri
         method: method.clone(),
         session: session.clone(),
         protocol: header_text("mcp-protocol-version"),
+        user: header_text("x-user-id"),
         params: message["params"].clone(),
     });
     if method != "initialize"

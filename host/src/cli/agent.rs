@@ -62,18 +62,21 @@ pub struct ForwardArgs {
 }
 
 impl ForwardArgs {
-    /// Warns of each `--header` that no HTTP tool of `file` forwards: it
+    /// Warns of each `--header` that no HTTP or MCP tool of `file` forwards: it
     /// would go nowhere, most likely a misspelt name.
     pub fn warn_unforwarded(&self, file: &ConfigFile) {
         for (name, _) in &self.headers {
-            let forwarded = file
-                .tools
+            let http = file.tools.iter().flat_map(|tool| &tool.forward_headers);
+            let mcp = file
+                .mcp_servers
                 .iter()
-                .flat_map(|tool| &tool.forward_headers)
+                .flat_map(|server| &server.forward_headers);
+            let forwarded = http
+                .chain(mcp)
                 .any(|listed| name.as_str().eq_ignore_ascii_case(listed));
             if !forwarded {
                 console::warn(&format!(
-                    "--header {name}: no HTTP tool of the config file forwards it (their \
+                    "--header {name}: no HTTP or MCP tool of the config file forwards it (their \
                      forward_headers), so no call sends it"
                 ));
             }

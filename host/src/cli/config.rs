@@ -487,6 +487,7 @@ mod tests {
         assert_eq!(server.name, "crm");
         assert_eq!(server.read, ["lookupOrderNotes"]);
         assert_eq!(server.timeout_secs, Some(10));
+        assert_eq!(server.forward_headers, ["X-User-Id"]);
         let error = ConfigFile::parse(&block.replace("read =", "reads =")).unwrap_err();
         assert!(
             error.to_string().contains("unknown field `reads`"),

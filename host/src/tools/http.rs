@@ -266,26 +266,7 @@ impl HttpTool {
                 .or_insert(Value::Bool(false));
         }
         let headers = secret_headers(&config.headers, &env).map_err(&invalid)?;
-        let mut forward = Vec::new();
-        for name in &config.forward_headers {
-            let name = HeaderName::try_from(name.as_str())
-                .map_err(|e| invalid(format!("forward_headers: `{name}`: {e}")))?;
-            if UNFORWARDABLE.contains(&name) {
-                return Err(invalid(format!(
-                    "forward_headers: `{name}` describes the request the tool sends; it cannot \
-                     come from another"
-                )));
-            }
-            if headers.contains_key(&name) {
-                return Err(invalid(format!(
-                    "`{name}` is both in headers and in forward_headers; say which it is"
-                )));
-            }
-            if forward.contains(&name) {
-                return Err(invalid(format!("forward_headers lists `{name}` twice")));
-            }
-            forward.push(name);
-        }
+        let forward = forward_list(&config.forward_headers, &headers).map_err(&invalid)?;
         let http = client(config.timeout_secs).map_err(invalid)?;
         Ok(Self {
             spec: ToolSpec {
@@ -305,27 +286,12 @@ impl HttpTool {
     /// The configured headers with those forwarded from `context`; an
     /// error naming the first that the run does not carry.
     fn headers_for(&self, context: &ToolContext) -> Result<HeaderMap, ToolError> {
-        let mut headers = self.headers.clone();
-        let forwarded = context.get::<Forwarded>();
-        for name in &self.forward {
-            let mut values = forwarded
-                .into_iter()
-                .flat_map(|f| f.get_all(name))
-                .peekable();
-            if values.peek().is_none() {
-                return Err(ToolError::NotPermitted {
-                    tool: self.spec.name.clone(),
-                    reason: format!(
-                        "it acts for the caller named by the `{name}` header, and this run was \
-                         started without one"
-                    ),
-                });
-            }
-            for value in values {
-                headers.append(name.clone(), value.clone());
-            }
-        }
-        Ok(headers)
+        with_forwarded(
+            &self.spec.name,
+            self.headers.clone(),
+            &self.forward,
+            context,
+        )
     }
 
     /// The URL for `arguments`, and the arguments the template did not use.
@@ -550,6 +516,67 @@ pub(super) fn secret_headers(
             .map_err(|_| format!("header `{name}` has an invalid value"))?;
         value.set_sensitive(true);
         headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
+/// `forward_headers` as header names: none the request sets itself, none
+/// also in `headers` (the configured value or the forwarded one?), none
+/// twice.
+pub(super) fn forward_list(
+    names: &[String],
+    headers: &HeaderMap,
+) -> Result<Vec<HeaderName>, String> {
+    let mut forward = Vec::new();
+    for name in names {
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|e| format!("forward_headers: `{name}`: {e}"))?;
+        if UNFORWARDABLE.contains(&name) {
+            return Err(format!(
+                "forward_headers: `{name}` describes the request the tool sends; it cannot \
+                 come from another"
+            ));
+        }
+        if headers.contains_key(&name) {
+            return Err(format!(
+                "`{name}` is both in headers and in forward_headers; say which it is"
+            ));
+        }
+        if forward.contains(&name) {
+            return Err(format!("forward_headers lists `{name}` twice"));
+        }
+        forward.push(name);
+    }
+    Ok(forward)
+}
+
+/// `headers` with those named in `forward` taken from the run's
+/// [`Forwarded`]; refused, for `tool`, naming the first the run does not
+/// carry.
+pub(super) fn with_forwarded(
+    tool: &str,
+    mut headers: HeaderMap,
+    forward: &[HeaderName],
+    context: &ToolContext,
+) -> Result<HeaderMap, ToolError> {
+    let forwarded = context.get::<Forwarded>();
+    for name in forward {
+        let mut values = forwarded
+            .into_iter()
+            .flat_map(|f| f.get_all(name))
+            .peekable();
+        if values.peek().is_none() {
+            return Err(ToolError::NotPermitted {
+                tool: tool.to_owned(),
+                reason: format!(
+                    "it acts for the caller named by the `{name}` header, and this run was \
+                     started without one"
+                ),
+            });
+        }
+        for value in values {
+            headers.append(name.clone(), value.clone());
+        }
     }
     Ok(headers)
 }

@@ -36,7 +36,9 @@
 //! a [`ToolError::Rejected`] carrying its text, which the model can relay; a
 //! JSON-RPC error, an HTTP error or a broken answer a [`ToolError::Failed`].
 //! Headers hold secrets (`${VAR}` from the environment, as for HTTP tools),
-//! are never logged, and do not follow a redirect to another origin.
+//! are never logged, and do not follow a redirect to another origin;
+//! `forward_headers` sends on, with each tool call, headers of the request
+//! that started the run (the end user's id), as HTTP tools do.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -46,11 +48,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::http::{MAX_RESPONSE_BYTES, client, read_limited, secret_headers, snippet};
+use super::http::{
+    MAX_RESPONSE_BYTES, client, forward_list, read_limited, secret_headers, snippet, with_forwarded,
+};
 use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
 use crate::skills::manifest::is_function_name;
 
@@ -86,6 +90,11 @@ pub struct McpServerConfig {
     /// The tools that only read; every other one is a write.
     #[serde(default)]
     pub read: Vec<String>,
+    /// Headers of the request that started the run sent on with each
+    /// tool call (not with `initialize` or `tools/list`, which no run
+    /// makes), as for HTTP tools: a call without one fails, unsent.
+    #[serde(default)]
+    pub forward_headers: Vec<String>,
     /// Seconds one request may take. Default: [`super::http::DEFAULT_TIMEOUT`].
     #[serde(default)]
     pub timeout_secs: Option<u64>,
@@ -114,11 +123,13 @@ pub async fn connect(
     if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
         return Err(error("the url must be http(s)".into()));
     }
+    let headers = secret_headers(&config.headers, &env).map_err(&error)?;
     let session = Arc::new(Session {
         server: config.name.clone(),
         url: config.url.clone(),
         http: client(config.timeout_secs).map_err(&error)?,
-        headers: secret_headers(&config.headers, &env).map_err(&error)?,
+        forward: forward_list(&config.forward_headers, &headers).map_err(&error)?,
+        headers,
         state: tokio::sync::RwLock::new(None),
         renewing: tokio::sync::Mutex::new(()),
         next_id: AtomicU64::new(1),
@@ -232,6 +243,8 @@ struct Session {
     url: String,
     http: reqwest::Client,
     headers: HeaderMap,
+    /// Headers a tool call takes from its run ([`McpServerConfig::forward_headers`]).
+    forward: Vec<HeaderName>,
     /// Set once the session is open.
     state: tokio::sync::RwLock<Option<SessionState>>,
     /// Held while a forgotten session is renewed, so that calls that find
@@ -277,7 +290,7 @@ impl Session {
             "clientInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
         });
         let (result, session_id) = self
-            .post("initialize", params, None)
+            .post("initialize", params, None, &HeaderMap::new())
             .await
             .map_err(|failure| format!("initialize: {failure}"))?;
         let protocol = result
@@ -306,7 +319,7 @@ impl Session {
         for _ in 0..MAX_LIST_PAGES {
             let params = cursor.map_or_else(|| json!({}), |cursor| json!({ "cursor": cursor }));
             let result = self
-                .call("tools/list", params)
+                .call("tools/list", params, &HeaderMap::new())
                 .await
                 .map_err(|failure| format!("tools/list: {failure}"))?;
             let page: ToolsPage = serde_json::from_value(result)
@@ -322,14 +335,18 @@ impl Session {
         ))
     }
 
-    /// A request in the session, renewed once if the server forgot it.
-    async fn call(&self, method: &str, params: Value) -> Result<Value, Failure> {
+    /// A request in the session, with `extra` headers, renewed once if
+    /// the server forgot it.
+    async fn call(&self, method: &str, params: Value, extra: &HeaderMap) -> Result<Value, Failure> {
         let state = self.state.read().await.clone();
-        match self.post(method, params.clone(), state.as_ref()).await {
+        match self
+            .post(method, params.clone(), state.as_ref(), extra)
+            .await
+        {
             Err(Failure::SessionGone) => {
                 self.renew(state).await.map_err(Failure::Other)?;
                 let state = self.state.read().await.clone();
-                self.post(method, params, state.as_ref())
+                self.post(method, params, state.as_ref(), extra)
                     .await
                     .map(|(result, _)| result)
             }
@@ -348,11 +365,12 @@ impl Session {
         self.open().await
     }
 
-    fn request(&self, state: Option<&SessionState>) -> reqwest::RequestBuilder {
+    fn request(&self, state: Option<&SessionState>, extra: &HeaderMap) -> reqwest::RequestBuilder {
         let mut request = self
             .http
             .post(&self.url)
             .headers(self.headers.clone())
+            .headers(extra.clone())
             .header(
                 reqwest::header::ACCEPT,
                 "application/json, text/event-stream",
@@ -368,7 +386,7 @@ impl Session {
 
     async fn notify(&self, method: &str, state: &SessionState) -> Result<(), String> {
         let response = self
-            .request(Some(state))
+            .request(Some(state), &HeaderMap::new())
             .json(&json!({"jsonrpc": "2.0", "method": method}))
             .send()
             .await
@@ -391,10 +409,11 @@ impl Session {
         method: &str,
         params: Value,
         state: Option<&SessionState>,
+        extra: &HeaderMap,
     ) -> Result<(Value, Option<HeaderValue>), Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let response = self
-            .request(state)
+            .request(state, extra)
             .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
             .send()
             .await
@@ -557,10 +576,11 @@ impl Tool for McpTool {
         &self.spec
     }
 
-    async fn invoke(&self, _context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
+    async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let name = &self.spec.name;
+        let forwarded = with_forwarded(name, HeaderMap::new(), &self.session.forward, context)?;
         let params = json!({"name": name, "arguments": arguments});
-        match self.session.call("tools/call", params).await {
+        match self.session.call("tools/call", params, &forwarded).await {
             Ok(result) => tool_result(name, result),
             Err(Failure::Rpc { code, message }) if code == INVALID_PARAMS => {
                 Err(ToolError::InvalidArguments {
