@@ -1201,6 +1201,65 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
     chat.abort();
 }
 
+/// `serve` takes the config file's MCP servers' tools: the agent behind
+/// the chat endpoint calls one; a server it cannot reach stops the start.
+#[tokio::test]
+async fn serve_offers_the_tools_of_the_config_files_mcp_servers() {
+    let mcp = McpServer::default();
+    let url = mcp.start().await;
+    let work = Workdir::new();
+    let declare = |url: &str| {
+        format!(
+            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
+             tools = [\"lookupCustomer\"]\nread = [\"lookupCustomer\"]\n"
+        )
+    };
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("lookupCustomer", json!({"id": "u1001"})),
+        Step::text("Li Lei is a gold member."),
+    ])
+    .await;
+    let mut command = work.configured_command(
+        &declare(&url),
+        &["serve", "--listen", "127.0.0.1:0"],
+        &bundled(),
+    );
+    with_llm(&mut command, &llm);
+    let Serving {
+        child: _serve,
+        base,
+        stderr: _stderr,
+        ..
+    } = serving(command).await;
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": "who is u1001?"}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let said = &answer["choices"][0]["message"]["content"];
+    assert_eq!(said, "Li Lei is a gold member.", "{answer}");
+    assert_eq!(
+        mcp.calls(),
+        [("lookupCustomer".to_owned(), json!({"id": "u1001"}))]
+    );
+
+    let gone = "http://127.0.0.1:9/mcp";
+    let mut command = work.configured_command(
+        &declare(gone),
+        &["serve", "--listen", "127.0.0.1:0"],
+        &bundled(),
+    );
+    let (_, stderr) = expect_code(&output(&mut command).await, 1);
+    assert!(
+        stderr.contains(&format!("MCP server `crm` ({gone}): initialize: ")),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn serve_with_json_logs_writes_nothing_but_json_lines_from_start_to_shutdown() {
     let work = Workdir::new();
