@@ -19,7 +19,7 @@
 //! arguments before the server sees them. A server that cannot be reached,
 //! or that `tools` or `read` name a tool of that it does not list, stops the
 //! host from starting with an error naming the server: a misspelt name would
-//! otherwise leave a tool missing, or a write unconfirmed.
+//! otherwise leave a tool missing, or a read asking for approval.
 //!
 //! A tool is a write unless `read` names it: a write waits for a person's
 //! approval as the confirmation policy says, and the server's own
@@ -33,8 +33,10 @@
 //! `structuredContent` when it sends one, else its text — parsed when it is
 //! JSON — (several contents make an array; images and other binary
 //! contents are named, not passed on). A result the tool marks `isError` is
-//! a [`ToolError::Rejected`] carrying its text, which the model can relay; a
-//! JSON-RPC error, an HTTP error or a broken answer a [`ToolError::Failed`].
+//! a [`ToolError::Rejected`] carrying its text, which the model can relay;
+//! the JSON-RPC error for invalid parameters a [`ToolError::InvalidArguments`];
+//! any other JSON-RPC error, an HTTP error or a broken answer a
+//! [`ToolError::Failed`].
 //! Headers hold secrets (`${VAR}` from the environment, as for HTTP tools),
 //! are never logged, and do not follow a redirect to another origin;
 //! `forward_headers` sends on, with each tool call, headers of the request
