@@ -521,7 +521,7 @@ pub(super) fn secret_headers(
 }
 
 /// `forward_headers` as header names: none the request sets itself, none
-/// also in `headers` (the configured value or the forwarded one?), none
+/// also in `headers` (which value would be sent would be unclear), none
 /// twice.
 pub(super) fn forward_list(
     names: &[String],

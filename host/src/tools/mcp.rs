@@ -239,6 +239,16 @@ struct ToolsPage {
     next_cursor: Option<String>,
 }
 
+/// A JSON-RPC request, serialized straight from what it borrows: a tool
+/// call's arguments are not copied into a new tree to be sent.
+#[derive(serde::Serialize)]
+struct Request<'a> {
+    jsonrpc: &'static str,
+    id: u64,
+    method: &'a str,
+    params: &'a Value,
+}
+
 /// The session with one server, shared by its tools.
 struct Session {
     server: String,
@@ -292,7 +302,7 @@ impl Session {
             "clientInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
         });
         let (result, session_id) = self
-            .post("initialize", params, None, &HeaderMap::new())
+            .post("initialize", &params, None, &HeaderMap::new())
             .await
             .map_err(|failure| format!("initialize: {failure}"))?;
         let protocol = result
@@ -341,14 +351,11 @@ impl Session {
     /// the server forgot it.
     async fn call(&self, method: &str, params: Value, extra: &HeaderMap) -> Result<Value, Failure> {
         let state = self.state.read().await.clone();
-        match self
-            .post(method, params.clone(), state.as_ref(), extra)
-            .await
-        {
+        match self.post(method, &params, state.as_ref(), extra).await {
             Err(Failure::SessionGone) => {
                 self.renew(state).await.map_err(Failure::Other)?;
                 let state = self.state.read().await.clone();
-                self.post(method, params, state.as_ref(), extra)
+                self.post(method, &params, state.as_ref(), extra)
                     .await
                     .map(|(result, _)| result)
             }
@@ -409,14 +416,19 @@ impl Session {
     async fn post(
         &self,
         method: &str,
-        params: Value,
+        params: &Value,
         state: Option<&SessionState>,
         extra: &HeaderMap,
     ) -> Result<(Value, Option<HeaderValue>), Failure> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let response = self
             .request(state, extra)
-            .json(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .json(&Request {
+                jsonrpc: "2.0",
+                id,
+                method,
+                params,
+            })
             .send()
             .await
             .map_err(|e| Failure::Other(crate::text::error_chain(&e.without_url())))?;

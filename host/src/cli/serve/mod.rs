@@ -112,7 +112,6 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let env = |name: &str| std::env::var(name).ok();
     let http_tools = file.http_tools()?;
-    let mcp_tools = file.mcp_tools().await?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
     let skills_dir = args.host.skills_dir()?;
@@ -138,6 +137,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         &api_keys,
         args.admin_key.is_some(),
     );
+    // After every setting that needs no network: a mistake in them is
+    // reported without waiting on a server.
+    let mcp_tools = file.mcp_tools().await?;
     let db = Arc::new(DemoDb::open(&args.host.db)?);
     let host = SkillHost::builder(skills_dir, policy)
         .runtime_config(runtime)
