@@ -23,7 +23,7 @@ use crate::agent_common::{REFUND_REQUEST, refund_call};
 use crate::support::crm::crm_service;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
-use crate::support::mcp::McpServer;
+use crate::support::mcp::{McpServer, STDIO_SERVER, python};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// A scratch working directory for the binary.
@@ -1786,6 +1786,63 @@ async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() 
         "{stdout}\n{stderr}"
     );
     assert_eq!(mcp.calls().len(), 2);
+}
+
+/// A server of the config file started as a command: `ask` starts it with
+/// the file's args and env (a secret read from the host's environment),
+/// and its tool's answer reaches the model.
+#[tokio::test]
+async fn an_mcp_server_the_config_file_starts_as_a_command_serves_its_tools() {
+    let work = Workdir::new();
+    let log = work.path("received");
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_servers]]\nname = \"crm\"\ncommand = {:?}\nargs = [{:?}, {:?}]\n\
+             env = {{ CRM_REGION = \"${{CRM_REGION_FOR_TEST}}\" }}\n\
+             tools = [\"lookupCustomer\"]\nread = [\"lookupCustomer\"]\n",
+            python(),
+            STDIO_SERVER,
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("lookupCustomer", json!({"id": "u1001"})),
+        Step::text("done"),
+    ])
+    .await;
+    let mut ask = work.host_command(
+        &[
+            "ask",
+            "where is u1001?",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        &bundled(),
+    );
+    ask.env("CRM_REGION_FOR_TEST", "east");
+    let (stdout, stderr) = expect_code(&output(with_llm(&mut ask, &llm)).await, 0);
+    let requests = llm.requests();
+    assert!(
+        requests[0]
+            .tool_names()
+            .contains(&"lookupCustomer".to_owned()),
+        "{stdout}\n{stderr}"
+    );
+    let answer = requests[1].messages().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        answer.contains("Li Lei") && answer.contains("east"),
+        "{answer}"
+    );
+    // A read: no approval asked.
+    assert!(!stderr.contains("approv"), "{stderr}");
+    let received = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(received.matches("tools/call lookupCustomer").count(), 1);
 }
 
 /// `ask`, `chat` and `run` act for the user `--header` names, as `serve`

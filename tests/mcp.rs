@@ -1,8 +1,11 @@
 //! The tools of an MCP server, on a real server on loopback: listed across
 //! pages, called in the session, errors kept apart, a forgotten session
 //! renewed, and a declaration that does not fit the server refused at start.
+//! Then a server started as a command (a Python script), spoken to on its
+//! standard streams: started again when it ends, told when a call is given up.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
@@ -11,13 +14,12 @@ use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
 use skillhost::tools::{Access, ToolCaller, ToolContext, ToolError, ToolRegistry};
 
-use crate::support::mcp::McpServer;
+use crate::support::mcp::{McpServer, STDIO_SERVER, python};
 
 fn declared(url: &str) -> McpServerConfig {
     McpServerConfig {
         name: "crm".into(),
-        url: url.into(),
-        headers: BTreeMap::new(),
+        url: Some(url.into()),
         // risky.tool is not a name a model can call: it is left out.
         tools: Some(vec![
             "lookupCustomer".into(),
@@ -25,8 +27,7 @@ fn declared(url: &str) -> McpServerConfig {
             "customerReport".into(),
         ]),
         read: vec!["lookupCustomer".into(), "customerReport".into()],
-        forward_headers: Vec::new(),
-        timeout_secs: None,
+        ..McpServerConfig::default()
     }
 }
 
@@ -253,5 +254,235 @@ async fn a_declaration_that_does_not_fit_the_server_stops_the_start_naming_it() 
     assert!(
         message.starts_with(&format!("MCP server `crm` ({gone}): initialize: ")),
         "{message}"
+    );
+}
+
+/// The server of `tests/support/mcp_stdio_server.py`, started with
+/// python3, logging the messages it gets to `log`; its region comes from
+/// the host's `${CRM_REGION_FOR_TEST}`.
+fn started(log: &Path) -> McpServerConfig {
+    McpServerConfig {
+        name: "crm".into(),
+        command: Some(python().into()),
+        args: vec![STDIO_SERVER.into(), log.display().to_string()],
+        env: BTreeMap::from([("CRM_REGION".into(), "${CRM_REGION_FOR_TEST}".into())]),
+        read: vec!["lookupCustomer".into(), "environment".into()],
+        ..McpServerConfig::default()
+    }
+}
+
+fn region(name: &str) -> Option<String> {
+    (name == "CRM_REGION_FOR_TEST").then(|| "east".to_owned())
+}
+
+async fn registry_of_started(config: &McpServerConfig) -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    for tool in connect(config, region).await.unwrap() {
+        registry.register(tool).unwrap();
+    }
+    registry
+}
+
+/// The messages the started server logged: `(process id, what)`.
+fn logged(log: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (pid, what) = line.split_once(' ').unwrap();
+            (pid.to_owned(), what.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_server_started_as_a_command_is_spoken_to_on_its_standard_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received");
+    let registry = registry_of_started(&started(&log)).await;
+
+    let specs: Vec<_> = registry
+        .specs()
+        .map(|spec| (spec.name.as_str(), spec.access))
+        .collect();
+    assert_eq!(
+        specs,
+        [
+            ("crash", Access::Write),
+            ("environment", Access::Read),
+            ("lookupCustomer", Access::Read),
+            ("slow", Access::Write),
+        ]
+    );
+    // Past a banner that is not JSON, the server's ping and its
+    // notifications, the answer.
+    assert_eq!(
+        registry
+            .call("lookupCustomer", json!({"id": "u1001"}))
+            .await
+            .unwrap(),
+        json!({"id": "u1001", "name": "Li Lei", "region": "east"})
+    );
+    // The process sees its own variables, PATH and HOME, and none other of
+    // the host's (cargo's CARGO_*, say). Python may add its locale.
+    let names = registry.call("environment", json!({})).await.unwrap();
+    let names: Vec<&str> = names
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|name| name.as_str())
+        .filter(|name| *name != "LC_CTYPE")
+        .collect();
+    let inherited = ["HOME", "PATH"]
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some());
+    let expected: Vec<&str> = std::iter::once("CRM_REGION").chain(inherited).collect();
+    assert_eq!(names, expected);
+
+    let received = logged(&log);
+    let what: Vec<&str> = received.iter().map(|(_, what)| what.as_str()).collect();
+    assert_eq!(
+        what,
+        [
+            "initialize",
+            "notifications/initialized",
+            "tools/list",
+            "tools/call lookupCustomer",
+            "answer",
+            "tools/call environment",
+        ]
+    );
+    assert!(received.iter().all(|(pid, _)| *pid == received[0].0));
+}
+
+#[tokio::test]
+async fn a_server_process_that_ends_fails_its_call_and_the_next_call_starts_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received");
+    let registry = registry_of_started(&started(&log)).await;
+
+    let Err(ToolError::Failed(message)) = registry.call("crash", json!({})).await else {
+        panic!("the call the process ended in succeeded");
+    };
+    assert!(
+        message.starts_with("crash (MCP server `crm`): the server process ended")
+            && message.ends_with("it last wrote: crash: giving up"),
+        "{message}"
+    );
+    assert_eq!(
+        registry
+            .call("lookupCustomer", json!({"id": "u1002"}))
+            .await
+            .unwrap()["id"],
+        "u1002"
+    );
+
+    let received = logged(&log);
+    let first = &received[0].0;
+    let (before, after): (Vec<_>, Vec<_>) = received.iter().partition(|(pid, _)| pid == first);
+    let what = |messages: Vec<&(String, String)>| -> Vec<String> {
+        messages.into_iter().map(|(_, what)| what.clone()).collect()
+    };
+    assert_eq!(what(before).last().unwrap(), "tools/call crash");
+    // The call the process ended in is not sent again: the tool may have acted.
+    assert_eq!(
+        what(after),
+        [
+            "initialize",
+            "notifications/initialized",
+            "tools/call lookupCustomer",
+            "answer",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_call_the_server_does_not_answer_in_time_fails_and_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received");
+    let mut config = started(&log);
+    config.timeout_secs = Some(1);
+    let registry = registry_of_started(&config).await;
+
+    let Err(ToolError::Failed(message)) = registry.call("slow", json!({})).await else {
+        panic!("a call past its time succeeded");
+    };
+    assert_eq!(message, "slow (MCP server `crm`): no answer within 1 s");
+    // The server reads the cancellation once its tool returns.
+    let cancelled = async {
+        while !logged(&log)
+            .iter()
+            .any(|(_, what)| what == "notifications/cancelled")
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), cancelled)
+        .await
+        .expect("the server was not told the call is cancelled");
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_or_ends_at_once_stops_the_start_saying_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received");
+    let refusal =
+        async |config: McpServerConfig| connect(&config, region).await.err().unwrap().to_string();
+
+    let mut missing = started(&log);
+    missing.command = Some("skillhost-no-such-mcp-server".into());
+    let message = refusal(missing).await;
+    assert!(
+        message.starts_with(
+            "MCP server `crm` (command `skillhost-no-such-mcp-server`): cannot start it: "
+        ),
+        "{message}"
+    );
+    // A server that exits at once: what it wrote on stderr says why.
+    let mut failing = started(&log);
+    failing.args = vec![
+        "-c".into(),
+        "import sys; sys.stderr.write('usage: crm --db PATH\\n'); sys.exit(2)".into(),
+    ];
+    let message = refusal(failing).await;
+    assert!(
+        message.starts_with(&format!(
+            "MCP server `crm` (command `{}`): initialize: the server process ended",
+            python()
+        )) && message.ends_with("it last wrote: usage: crm --db PATH"),
+        "{message}"
+    );
+    // An environment secret that is not set.
+    let mut secret = started(&log);
+    secret
+        .env
+        .insert("CRM_TOKEN".into(), "${CRM_TOKEN_NOT_SET}".into());
+    let message = refusal(secret).await;
+    assert!(
+        message.ends_with("environment variable `CRM_TOKEN_NOT_SET` (used in env) is not set"),
+        "{message}"
+    );
+    // Settings of the other transport, or of both.
+    let mut headers = started(&log);
+    headers
+        .headers
+        .insert("Authorization".into(), "Bearer x".into());
+    let message = refusal(headers).await;
+    assert!(message.contains("headers and forward_headers are for a server reached at a url"));
+    let mut both = started(&log);
+    both.url = Some("http://127.0.0.1:9/mcp".into());
+    let message = refusal(both).await;
+    assert!(
+        message.ends_with("give either a url or a command, not both"),
+        "{message}"
+    );
+    let neither = McpServerConfig {
+        name: "crm".into(),
+        ..McpServerConfig::default()
+    };
+    let message = refusal(neither).await;
+    assert_eq!(
+        message,
+        "MCP server `crm`: give the server's url, or the command that starts it"
     );
 }

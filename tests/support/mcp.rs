@@ -11,6 +11,26 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
 
+/// An MCP server on standard input and output (Python), for servers
+/// started as a command: its first argument is the file it logs to.
+pub const STDIO_SERVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/support/mcp_stdio_server.py"
+);
+
+/// The Python interpreter itself: `python3` on PATH may be a shim (pyenv's
+/// is a shell script) that adds variables of its own to the server's.
+pub fn python() -> &'static str {
+    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PYTHON.get_or_init(|| {
+        let output = std::process::Command::new("python3")
+            .args(["-c", "import sys; print(sys.executable)"])
+            .output()
+            .expect("python3 runs the MCP stdio server of these tests");
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    })
+}
+
 /// What the server got: one message a line, `method session protocol`.
 #[derive(Clone, Default)]
 pub struct McpServer {

@@ -470,8 +470,9 @@ mod tests {
         assert!(!EXAMPLE.contains("sk-"));
     }
 
-    /// The example's `[[mcp_servers]]`, commented out there (there is no
-    /// such server to connect to), reads as it says; a misspelt key is an
+    /// The example's `[[mcp_servers]]`, one reached at a url and one
+    /// started as a command, commented out there (there are no such
+    /// servers), read as they say; a misspelt key is an
     /// error naming it.
     #[test]
     fn the_examples_mcp_server_reads_once_uncommented() {
@@ -481,13 +482,16 @@ mod tests {
             .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
             .collect();
         let file = ConfigFile::parse(&block).unwrap();
-        let [server] = file.mcp_servers.as_slice() else {
+        let [server, started] = file.mcp_servers.as_slice() else {
             panic!("{block}");
         };
         assert_eq!(server.name, "crm");
         assert_eq!(server.read, ["lookupOrderNotes"]);
         assert_eq!(server.timeout_secs, Some(10));
         assert_eq!(server.forward_headers, ["X-User-Id"]);
+        assert_eq!(started.command.as_deref(), Some("npx"));
+        assert_eq!(started.args.len(), 3);
+        assert_eq!(started.env["DOCS_TOKEN"], "${DOCS_TOKEN}");
         let error = ConfigFile::parse(&block.replace("read =", "reads =")).unwrap_err();
         assert!(
             error.to_string().contains("unknown field `reads`"),

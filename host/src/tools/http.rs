@@ -509,7 +509,7 @@ pub(super) fn secret_headers(
 ) -> Result<HeaderMap, String> {
     let mut headers = HeaderMap::new();
     for (name, value) in configured {
-        let value = expand_env(value, env)?;
+        let value = expand_env(value, "a header", env)?;
         let name = HeaderName::try_from(name.as_str())
             .map_err(|e| format!("header name `{name}`: {e}"))?;
         let mut value = HeaderValue::try_from(value)
@@ -639,20 +639,25 @@ fn is_dot_segment(segment: &str) -> bool {
     )
 }
 
-/// Replaces every `${VAR}` in `value` with the variable's value.
-fn expand_env(value: &str, env: &impl Fn(&str) -> Option<String>) -> Result<String, String> {
+/// Replaces every `${VAR}` in `value`, which is `used_in` the named
+/// place, with the variable's value.
+pub(super) fn expand_env(
+    value: &str,
+    used_in: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
     let mut expanded = String::new();
     let mut rest = value;
     while let Some(start) = rest.find("${") {
         let end = rest[start..]
             .find('}')
             .map(|end| start + end)
-            .ok_or_else(|| "a header value has an unclosed `${`".to_owned())?;
+            .ok_or_else(|| format!("a value in {used_in} has an unclosed `${{`"))?;
         let name = &rest[start + 2..end];
         let secret = env(name)
             .filter(|secret| !secret.is_empty())
             .ok_or_else(|| {
-                format!("environment variable `{name}` (used in a header) is not set")
+                format!("environment variable `{name}` (used in {used_in}) is not set")
             })?;
         expanded.push_str(&rest[..start]);
         expanded.push_str(&secret);

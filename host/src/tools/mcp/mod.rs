@@ -9,53 +9,62 @@
 //! headers = { Authorization = "Bearer ${CRM_TOKEN}" }
 //! tools = ["lookupCustomer", "updateCustomer"]   # default: every tool the server lists
 //! read = ["lookupCustomer"]                       # the others are writes
+//!
+//! [[mcp_servers]]
+//! name = "docs"
+//! command = "npx"
+//! args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/docs"]
 //! ```
 //!
-//! The host is a client of MCP's Streamable HTTP transport. When the tools
-//! are built ([`connect`]) it opens a session (`initialize`, then
-//! `notifications/initialized`) and lists the server's tools (`tools/list`,
-//! every page); each one taken becomes a [`Tool`] with the server's name,
-//! description and input schema, so the registry validates a call's
-//! arguments before the server sees them. A server that cannot be reached,
-//! or that `tools` or `read` name a tool of that it does not list, stops the
-//! host from starting with an error naming the server: a misspelt name would
-//! otherwise leave a tool missing, or a read asking for approval.
+//! A server is reached at a `url` (module `streamable_http`) or started as a
+//! `command` and spoken to on its standard streams (module `stdio`). When the
+//! tools are built ([`connect`]) the host opens a session (`initialize`,
+//! then `notifications/initialized`) and lists the server's tools
+//! (`tools/list`, every page); each one taken becomes a [`Tool`] with the
+//! server's name, description and input schema, so the registry validates
+//! a call's arguments before the server sees them. A server that cannot be
+//! reached or started, or that `tools` or `read` name a tool of that it
+//! does not list, stops the host from starting with an error naming the
+//! server: a misspelt name would otherwise leave a tool missing, or a read
+//! asking for approval.
 //!
 //! A tool is a write unless `read` names it: a write waits for a person's
 //! approval as the confirmation policy says, and the server's own
 //! `readOnlyHint` is the service's claim, not the operator's word.
 //!
-//! A call is a `tools/call` in the session; the answer may come as JSON or
-//! as an event stream, which is read until the answer (other messages on it
-//! are ignored), at most [`MAX_RESPONSE_BYTES`] of it. A server that has
-//! forgotten the session (`404`) gets a new one and the call is sent again,
-//! once: it never reached the tool. The result is the tool's
-//! `structuredContent` when it sends one, else its text — parsed when it is
-//! JSON — (several contents make an array; images and other binary
-//! contents are named, not passed on). A result the tool marks `isError` is
-//! a [`ToolError::Rejected`] carrying its text, which the model can relay;
-//! the JSON-RPC error for invalid parameters a [`ToolError::InvalidArguments`];
-//! any other JSON-RPC error, an HTTP error or a broken answer a
-//! [`ToolError::Failed`].
-//! Headers hold secrets (`${VAR}` from the environment, as for HTTP tools),
-//! are never logged, and do not follow a redirect to another origin;
-//! `forward_headers` sends on, with each tool call, headers of the request
-//! that started the run (the end user's id), as HTTP tools do.
+//! A call is a `tools/call` in the session, its answer at most
+//! [`MAX_RESPONSE_BYTES`](super::http::MAX_RESPONSE_BYTES). A server that
+//! has forgotten the session (`404`), or whose process had ended, gets a
+//! new one and the call is sent again, once: it never reached the tool.
+//! The result is the tool's `structuredContent` when it sends one, else
+//! its text — parsed when it is JSON — (several contents make an array;
+//! images and other binary contents are named, not passed on). A result
+//! the tool marks `isError` is a [`ToolError::Rejected`] carrying its text,
+//! which the model can relay; the JSON-RPC error for invalid parameters a
+//! [`ToolError::InvalidArguments`]; any other JSON-RPC error, an HTTP
+//! error, a process that ended or a broken answer a [`ToolError::Failed`].
+//! Headers and `env` values hold secrets (`${VAR}` from the environment,
+//! as for HTTP tools), are never logged, and headers do not follow a
+//! redirect to another origin; `forward_headers` sends on, with each tool
+//! call to a `url` server, headers of the request that started the run
+//! (the end user's id), as HTTP tools do.
+
+mod stdio;
+mod streamable_http;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::http::{
-    MAX_RESPONSE_BYTES, client, forward_list, read_limited, secret_headers, snippet, with_forwarded,
+    DEFAULT_TIMEOUT, client, expand_env, forward_list, secret_headers, snippet, with_forwarded,
 };
 use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
 use crate::skills::manifest::is_function_name;
@@ -75,17 +84,31 @@ const MAX_LIST_PAGES: usize = 100;
 /// The JSON-RPC error code of invalid parameters.
 const INVALID_PARAMS: i64 = -32602;
 
-/// One MCP server as declared in configuration.
-#[derive(Debug, Clone, Deserialize)]
+/// One MCP server as declared in configuration: reached at `url`, or
+/// started as `command` and spoken to on its standard input and output.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// What errors and logs call the server.
     pub name: String,
     /// The server's MCP endpoint, `http(s)://host/path`.
-    pub url: String,
-    /// Header values may hold `${VAR}`, read from the environment.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Header values may hold `${VAR}`, read from the environment. `url`
+    /// servers only.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The program to start, looked up on `PATH`, instead of a `url`.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// The program's arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The program's environment, values with `${VAR}` as in headers.
+    /// It gets these, `PATH` and `HOME`; no other variable of the host's
+    /// (its LLM key, say) reaches it.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
     /// The tools to take from the server. Default: every tool it lists.
     #[serde(default)]
     pub tools: Option<Vec<String>>,
@@ -94,7 +117,8 @@ pub struct McpServerConfig {
     pub read: Vec<String>,
     /// Headers of the request that started the run sent on with each
     /// tool call (not with `initialize` or `tools/list`, which no run
-    /// makes), as for HTTP tools: a call without one fails, unsent.
+    /// makes), as for HTTP tools: a call without one fails, unsent. `url`
+    /// servers only.
     #[serde(default)]
     pub forward_headers: Vec<String>,
     /// Seconds one request may take. Default: [`super::http::DEFAULT_TIMEOUT`].
@@ -104,36 +128,40 @@ pub struct McpServerConfig {
 
 /// Why an MCP server's tools could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("MCP server `{server}` ({url}): {reason}")]
+#[error("MCP server `{server}`{place}: {reason}")]
 pub struct McpError {
     server: String,
-    url: String,
+    /// ` (its URL without credentials)`, ` (command `…`)`, or nothing
+    /// when the config gives neither.
+    place: String,
     reason: String,
 }
 
-/// Connects to the server `config` declares and builds the tools it takes
-/// from it, reading `${VAR}`s in header values through `env`.
+/// Connects to the server `config` declares (starting it, for a
+/// `command`) and builds the tools it takes from it, reading `${VAR}`s in
+/// header and environment values through `env`.
 pub async fn connect(
     config: &McpServerConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+    let place = match (&config.url, &config.command) {
+        (Some(url), _) => format!(" ({})", streamable_http::shown_url(url)),
+        (None, Some(command)) => format!(" (command `{command}`)"),
+        (None, None) => String::new(),
+    };
     let error = |reason: String| McpError {
         server: config.name.clone(),
-        url: shown_url(&config.url),
+        place: place.clone(),
         reason,
     };
-    if !(config.url.starts_with("http://") || config.url.starts_with("https://")) {
-        return Err(error("the url must be http(s)".into()));
-    }
-    let headers = secret_headers(&config.headers, &env).map_err(&error)?;
+    let (transport, forward) = transport(config, &env).map_err(&error)?;
     let session = Arc::new(Session {
         server: config.name.clone(),
-        url: config.url.clone(),
-        http: client(config.timeout_secs).map_err(&error)?,
-        forward: forward_list(&config.forward_headers, &headers).map_err(&error)?,
-        headers,
+        transport,
+        forward,
         state: tokio::sync::RwLock::new(None),
         renewing: tokio::sync::Mutex::new(()),
+        opened: AtomicU64::new(0),
         next_id: AtomicU64::new(1),
     });
     session.open().await.map_err(&error)?;
@@ -141,16 +169,55 @@ pub async fn connect(
     take_tools(config, listed, &session).map_err(error)
 }
 
-/// `url` as errors show it: without a password or query, where a
-/// credential could be.
-fn shown_url(url: &str) -> String {
-    let Ok(mut url) = reqwest::Url::parse(url) else {
-        return url.to_owned();
-    };
-    url.set_query(None);
-    // Only fails for URLs that cannot have credentials.
-    let _ = url.set_password(None);
-    url.to_string()
+/// How `config` reaches its server, and the headers its calls forward.
+fn transport(
+    config: &McpServerConfig,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<(Transport, Vec<HeaderName>), String> {
+    if config.timeout_secs == Some(0) {
+        return Err("timeout_secs must be at least 1".into());
+    }
+    match (&config.url, &config.command) {
+        (Some(url), None) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err("the url must be http(s)".into());
+            }
+            if !(config.args.is_empty() && config.env.is_empty()) {
+                return Err("args and env are for a server started as a command".into());
+            }
+            let headers = secret_headers(&config.headers, env)?;
+            let forward = forward_list(&config.forward_headers, &headers)?;
+            let http = client(config.timeout_secs)?;
+            let url = url.clone();
+            let transport = streamable_http::Transport { url, http, headers };
+            Ok((Transport::Http(transport), forward))
+        }
+        (None, Some(command)) => {
+            if !(config.headers.is_empty() && config.forward_headers.is_empty()) {
+                return Err(
+                    "headers and forward_headers are for a server reached at a url; a command's \
+                     messages carry none"
+                        .into(),
+                );
+            }
+            let mut environment = BTreeMap::new();
+            for (name, value) in &config.env {
+                environment.insert(name.clone(), expand_env(value, "env", env)?);
+            }
+            let program = stdio::Program {
+                server: config.name.clone(),
+                command: command.clone(),
+                args: config.args.clone(),
+                env: environment,
+                timeout: config
+                    .timeout_secs
+                    .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
+            };
+            Ok((Transport::Stdio(stdio::Transport::new(program)), Vec::new()))
+        }
+        (Some(_), Some(_)) => Err("give either a url or a command, not both".into()),
+        (None, None) => Err("give the server's url, or the command that starts it".into()),
+    }
 }
 
 /// The listed tools `config` takes, with their access; an error for a
@@ -249,12 +316,16 @@ struct Request<'a> {
     params: &'a Value,
 }
 
+/// How messages reach one server.
+enum Transport {
+    Http(streamable_http::Transport),
+    Stdio(stdio::Transport),
+}
+
 /// The session with one server, shared by its tools.
 struct Session {
     server: String,
-    url: String,
-    http: reqwest::Client,
-    headers: HeaderMap,
+    transport: Transport,
     /// Headers a tool call takes from its run ([`McpServerConfig::forward_headers`]).
     forward: Vec<HeaderName>,
     /// Set once the session is open.
@@ -262,6 +333,9 @@ struct Session {
     /// Held while a forgotten session is renewed, so that calls that find
     /// it forgotten together open one new session, not one each.
     renewing: tokio::sync::Mutex<()>,
+    /// Sessions opened so far: tells one session from the next when the
+    /// server sets no session id (a restarted process).
+    opened: AtomicU64,
     next_id: AtomicU64,
 }
 
@@ -271,12 +345,15 @@ struct SessionState {
     /// `Mcp-Session-Id`, when the server keeps sessions.
     id: Option<HeaderValue>,
     protocol: HeaderValue,
+    /// Which session of [`Session::opened`] this is.
+    number: u64,
 }
 
 /// Why a request got no result.
 enum Failure {
-    /// The server no longer knows the session: a new one may be opened.
-    SessionGone,
+    /// The server no longer knows the session, or its process has ended,
+    /// before the request reached it: a new one may be opened.
+    SessionGone(String),
     /// The server answered with a JSON-RPC error.
     Rpc { code: i64, message: String },
     /// Anything else: unreachable, an HTTP error, a broken answer.
@@ -286,9 +363,8 @@ enum Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::SessionGone => f.write_str("the server no longer knows the session"),
+            Self::SessionGone(reason) | Self::Other(reason) => f.write_str(reason),
             Self::Rpc { code, message } => write!(f, "the server answered error {code}: {message}"),
-            Self::Other(reason) => f.write_str(reason),
         }
     }
 }
@@ -296,6 +372,9 @@ impl fmt::Display for Failure {
 impl Session {
     /// `initialize` and `notifications/initialized`: the session's state.
     async fn open(&self) -> Result<(), String> {
+        if let Transport::Stdio(stdio) = &self.transport {
+            stdio.start()?;
+        }
         let params = json!({
             "protocolVersion": PROTOCOL_VERSION,
             "capabilities": {},
@@ -318,8 +397,13 @@ impl Session {
         let state = SessionState {
             id: session_id,
             protocol: HeaderValue::from_str(protocol).map_err(|e| e.to_string())?,
+            number: self.opened.fetch_add(1, Ordering::Relaxed) + 1,
         };
-        self.notify("notifications/initialized", &state).await?;
+        let initialized = "notifications/initialized";
+        match &self.transport {
+            Transport::Http(http) => http.notify(initialized, &state).await?,
+            Transport::Stdio(stdio) => stdio.notify(initialized).await?,
+        }
         *self.state.write().await = Some(state);
         Ok(())
     }
@@ -352,7 +436,7 @@ impl Session {
     async fn call(&self, method: &str, params: Value, extra: &HeaderMap) -> Result<Value, Failure> {
         let state = self.state.read().await.clone();
         match self.post(method, &params, state.as_ref(), extra).await {
-            Err(Failure::SessionGone) => {
+            Err(Failure::SessionGone(_)) => {
                 self.renew(state).await.map_err(Failure::Other)?;
                 let state = self.state.read().await.clone();
                 self.post(method, &params, state.as_ref(), extra)
@@ -370,46 +454,8 @@ impl Session {
         if *self.state.read().await != forgotten {
             return Ok(());
         }
-        tracing::info!(server = %self.server, "MCP session forgotten by the server; opening a new one");
+        tracing::info!(server = %self.server, "MCP session forgotten or server ended; opening a new one");
         self.open().await
-    }
-
-    fn request(&self, state: Option<&SessionState>, extra: &HeaderMap) -> reqwest::RequestBuilder {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .headers(self.headers.clone())
-            .headers(extra.clone())
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            );
-        if let Some(state) = state {
-            request = request.header("mcp-protocol-version", state.protocol.clone());
-            if let Some(id) = &state.id {
-                request = request.header("mcp-session-id", id.clone());
-            }
-        }
-        request
-    }
-
-    async fn notify(&self, method: &str, state: &SessionState) -> Result<(), String> {
-        let response = self
-            .request(Some(state), &HeaderMap::new())
-            .json(&json!({"jsonrpc": "2.0", "method": method}))
-            .send()
-            .await
-            .map_err(|e| format!("{method}: {}", crate::text::error_chain(&e.without_url())))?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            let body = read_limited(response).await.unwrap_or_default();
-            Err(format!(
-                "{method}: the server answered {status}: {}",
-                snippet(&body)
-            ))
-        }
     }
 
     /// Sends one request; its result and the session id the answer set.
@@ -420,43 +466,17 @@ impl Session {
         state: Option<&SessionState>,
         extra: &HeaderMap,
     ) -> Result<(Value, Option<HeaderValue>), Failure> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let response = self
-            .request(state, extra)
-            .json(&Request {
-                jsonrpc: "2.0",
-                id,
-                method,
-                params,
-            })
-            .send()
-            .await
-            .map_err(|e| Failure::Other(crate::text::error_chain(&e.without_url())))?;
-        let status = response.status();
-        if status == StatusCode::NOT_FOUND && state.is_some_and(|state| state.id.is_some()) {
-            return Err(Failure::SessionGone);
-        }
-        let session_id = response.headers().get("mcp-session-id").cloned();
-        let is_stream = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.starts_with("text/event-stream"));
-        if !status.is_success() {
-            let body = read_limited(response).await.unwrap_or_default();
-            return Err(Failure::Other(format!(
-                "the server answered {status}: {}",
-                snippet(&body)
-            )));
-        }
-        let answer = if is_stream {
-            answer_in_stream(response, id).await?
-        } else {
-            let body = read_limited(response).await.map_err(Failure::Other)?;
-            serde_json::from_str(&body)
-                .map_err(|e| Failure::Other(format!("the answer is not JSON: {e}")))?
+        let request = Request {
+            jsonrpc: "2.0",
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            method,
+            params,
         };
-        result_of(answer, id).map(|result| (result, session_id))
+        let (answer, session_id) = match &self.transport {
+            Transport::Http(http) => http.exchange(&request, state, extra).await?,
+            Transport::Stdio(stdio) => (stdio.exchange(&request).await?, None),
+        };
+        result_of(answer, request.id).map(|result| (result, session_id))
     }
 }
 
@@ -482,91 +502,6 @@ fn result_of(mut answer: Value, id: u64) -> Result<Value, Failure> {
         .get_mut("result")
         .map(Value::take)
         .ok_or_else(|| Failure::Other("the answer has neither result nor error".into()))
-}
-
-/// Reads an event stream until the message answering request `id`.
-async fn answer_in_stream(response: reqwest::Response, id: u64) -> Result<Value, Failure> {
-    let mut events = EventReader::default();
-    let mut read = 0;
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| Failure::Other(format!("reading the stream failed: {e}")))?;
-        read += chunk.len();
-        if read > MAX_RESPONSE_BYTES {
-            return Err(Failure::Other(format!(
-                "the stream passed {MAX_RESPONSE_BYTES} bytes without the answer"
-            )));
-        }
-        for data in events.push(&chunk) {
-            if let Some(answer) = answer_to(&data, id) {
-                return Ok(answer);
-            }
-        }
-    }
-    match events.finish() {
-        Some(data) => answer_to(&data, id),
-        None => None,
-    }
-    .ok_or_else(|| Failure::Other("the stream ended without the answer".into()))
-}
-
-/// The event's message, when it answers request `id` (a stream may also
-/// carry the server's notifications and requests).
-fn answer_to(data: &str, id: u64) -> Option<Value> {
-    let message: Value = serde_json::from_str(data).ok()?;
-    (message.get("id") == Some(&json!(id))
-        && (message.get("result").is_some() || message.get("error").is_some()))
-    .then_some(message)
-}
-
-/// Splits server-sent events into their data, across chunk boundaries:
-/// `data:` lines joined by newlines, an event ending at a blank line.
-#[derive(Debug, Default)]
-struct EventReader {
-    line: Vec<u8>,
-    data: Option<String>,
-}
-
-impl EventReader {
-    /// The data of each event `bytes` completes.
-    fn push(&mut self, bytes: &[u8]) -> Vec<String> {
-        let mut events = Vec::new();
-        for &byte in bytes {
-            if byte == b'\n' {
-                let line = std::mem::take(&mut self.line);
-                events.extend(self.end_line(&line));
-            } else {
-                self.line.push(byte);
-            }
-        }
-        events
-    }
-
-    /// The last event, when the stream ended without its blank line.
-    fn finish(mut self) -> Option<String> {
-        let line = std::mem::take(&mut self.line);
-        self.end_line(&line).or(self.data)
-    }
-
-    /// Takes one line in; the event's data when the line (blank) ends it.
-    fn end_line(&mut self, line: &[u8]) -> Option<String> {
-        let line = String::from_utf8_lossy(line);
-        let line = line.trim_end_matches('\r');
-        if line.is_empty() {
-            return self.data.take();
-        }
-        if let Some(value) = line.strip_prefix("data:") {
-            let value = value.strip_prefix(' ').unwrap_or(value);
-            match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_owned()),
-            }
-        }
-        None
-    }
 }
 
 /// One tool of an MCP server.
@@ -655,46 +590,6 @@ fn content_value(content: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn events_are_split_across_chunks_and_lines_joined() {
-        let mut reader = EventReader::default();
-        assert!(reader.push(b"event: message\r\nda").is_empty());
-        assert_eq!(
-            reader.push(b"ta: {\"a\":\r\ndata: 1}\r\n\r\n: comment\n"),
-            ["{\"a\":\n1}"]
-        );
-        assert!(reader.push(b"data: last").is_empty());
-        assert_eq!(reader.finish().as_deref(), Some("last"));
-        let mut reader = EventReader::default();
-        assert!(reader.push(b"data: 1\n").is_empty());
-        assert_eq!(reader.finish().as_deref(), Some("1"));
-    }
-
-    #[test]
-    fn errors_show_the_url_without_its_password_or_query() {
-        assert_eq!(
-            shown_url("https://bot:s3cret@mcp.example.com/mcp?key=s3cret"),
-            "https://bot@mcp.example.com/mcp"
-        );
-    }
-
-    #[test]
-    fn a_stream_answer_is_the_message_with_the_request_id_and_a_result() {
-        assert_eq!(
-            answer_to(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#, 3),
-            None
-        );
-        assert_eq!(answer_to(r#"{"id":2,"result":{}}"#, 3), None);
-        assert_eq!(
-            answer_to(r#"{"id":3,"method":"sampling/createMessage"}"#, 3),
-            None
-        );
-        assert_eq!(
-            answer_to(r#"{"id":3,"result":{"x":1}}"#, 3),
-            Some(json!({"id":3,"result":{"x":1}}))
-        );
-    }
 
     #[test]
     fn results_prefer_structured_content_then_text_parsed_when_json() {
