@@ -12,12 +12,14 @@ use std::process::{Output, Stdio};
 use serde_json::{Value, json};
 use std::time::Duration;
 use tempfile::TempDir;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use skillhost::runtime::digest_of;
 use skillhost::skills::signature::PublicKey;
+use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::DemoDb;
+use skillhost::tools::mcp::{self, McpServerConfig};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call};
 use crate::support::crm::crm_service;
@@ -1786,6 +1788,159 @@ async fn the_tools_of_an_mcp_server_of_the_config_file_are_offered_and_called() 
         "{stdout}\n{stderr}"
     );
     assert_eq!(mcp.calls().len(), 2);
+}
+
+/// The client's side of `skillhost mcp`'s standard streams.
+struct McpPeer {
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl McpPeer {
+    /// Sends `message`; the answer, when it is a request.
+    async fn exchange(&mut self, message: Value) -> Value {
+        let line = format!("{message}\n");
+        self.stdin.write_all(line.as_bytes()).await.unwrap();
+        if message.get("id").is_none() {
+            return Value::Null;
+        }
+        self.next().await
+    }
+
+    /// The next message the server writes.
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(60), self.stdout.next_line())
+            .await
+            .expect("the server wrote nothing for a minute")
+            .unwrap()
+            .expect("the server closed its output");
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+/// `skillhost mcp` on its standard streams, as an MCP client drives it:
+/// each skill a tool, a call an invocation (writes approved with --yes),
+/// bad input an error result naming the field, and a skill file added
+/// while it runs a `tools/list_changed` and a new tool.
+#[tokio::test]
+async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    for name in ["processRefund", "inquireOrderStatus"] {
+        std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
+    }
+    let mut child = work
+        .host_command(&["mcp", "--yes"], &skills)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut peer = McpPeer {
+        stdin: child.stdin.take().unwrap(),
+        stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
+    };
+    let request = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+
+    let initialized = peer
+        .exchange(request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "1"}}),
+        ))
+        .await;
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
+    assert_eq!(
+        initialized["result"]["capabilities"]["tools"]["listChanged"],
+        true
+    );
+    peer.exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let tool_names = |listed: &Value| -> Vec<String> {
+        listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let listed = peer.exchange(request(2, "tools/list", json!({}))).await;
+    assert_eq!(tool_names(&listed), ["inquireOrderStatus", "processRefund"]);
+    assert_eq!(
+        listed["result"]["tools"][1]["inputSchema"]["required"],
+        json!(["orderId", "reason"])
+    );
+
+    let refund = json!({"name": "processRefund",
+                        "arguments": {"orderId": "88231", "reason": "broken"}});
+    let refunded = peer.exchange(request(3, "tools/call", refund)).await;
+    assert_eq!(
+        refunded["result"]["structuredContent"]["refunded"], true,
+        "{refunded}"
+    );
+    assert_eq!(work.refunds_of_88231(), 1);
+    let wrong = json!({"name": "processRefund", "arguments": {"orderId": 88231}});
+    let refused = peer.exchange(request(4, "tools/call", wrong)).await;
+    assert_eq!(refused["result"]["isError"], true);
+    let text = refused["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("field `orderId`"), "{text}");
+    let unknown = peer
+        .exchange(request(5, "tools/call", json!({"name": "processRefnd"})))
+        .await;
+    assert_eq!(unknown["error"]["code"], -32602);
+
+    std::fs::copy(skill_file("order_change"), skills.join("order_change.wasm")).unwrap();
+    assert_eq!(
+        peer.next().await["method"],
+        "notifications/tools/list_changed"
+    );
+    let listed = peer.exchange(request(6, "tools/list", json!({}))).await;
+    assert!(tool_names(&listed).contains(&"order_change".to_owned()));
+
+    drop(peer);
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// One skillhost taking another's skills as MCP tools: the client of
+/// `[[mcp_servers]]` starts `skillhost mcp`, which, without --yes,
+/// rejects the write the skill would make.
+#[tokio::test]
+async fn an_mcp_server_started_without_yes_rejects_the_writes_of_its_skills() {
+    let work = Workdir::new();
+    let server = work.host_command(&["mcp"], &bundled());
+    let std = server.as_std();
+    let config = McpServerConfig {
+        name: "skills".into(),
+        command: Some(std.get_program().to_str().unwrap().to_owned()),
+        args: std
+            .get_args()
+            .map(|arg| arg.to_str().unwrap().to_owned())
+            .collect(),
+        tools: Some(vec!["processRefund".into()]),
+        ..McpServerConfig::default()
+    };
+    let mut registry = ToolRegistry::new();
+    for tool in mcp::connect(&config, |_| None).await.unwrap() {
+        registry.register(tool).unwrap();
+    }
+    let result = registry
+        .call(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result["refunded"], false, "{result}");
+    let message = result["message"].as_str().unwrap();
+    assert!(message.contains("started without --yes"), "{message}");
+    assert_eq!(work.refunds_of_88231(), 0);
 }
 
 /// A server of the config file started as a command: `ask` starts it with

@@ -6,6 +6,7 @@ mod chat;
 mod config;
 mod console;
 mod inspect;
+mod mcp;
 mod pack;
 mod progress;
 mod serve;
@@ -24,6 +25,7 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 use config::ConfigFile;
 
+use skillhost::embed::SkillHost;
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::skills::{SkillRegistry, SkillSnapshot};
@@ -207,6 +209,10 @@ enum Command {
     /// Run the test cases skills carry in their manifests and report
     /// pass/fail per case (write tools auto-approved on a scratch shop).
     Test(test::TestArgs),
+    /// Serve the skills as the tools of an MCP server on standard input and
+    /// output, for an MCP client (an IDE's agent); hot reload on, the client
+    /// told when the list changes; writes rejected unless --yes.
+    Mcp(mcp::McpArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -248,6 +254,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chat(args) => chat::chat(&args).await,
         Command::Inspect(args) => inspect::inspect(&args).await,
         Command::Test(args) => test::test(&args).await,
+        Command::Mcp(args) => mcp::mcp(&args).await,
     }
 }
 
@@ -276,6 +283,34 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     .await?;
     warn_of_limits_for_absent_skills(file, &skills.snapshot());
     Ok(skills)
+}
+
+/// Says which skills `host` loaded, and warns of the files that did not
+/// load: `serve` and `mcp` keep running without them.
+fn report_skills(host: &SkillHost, hot_reload: bool, file: &ConfigFile) {
+    let snapshot = host.snapshot();
+    let names: Vec<&str> = snapshot
+        .skills()
+        .map(|skill| skill.component.name().as_str())
+        .collect();
+    let watching = if hot_reload {
+        ", watching for changes"
+    } else {
+        ""
+    };
+    console::say(&format!(
+        "loaded {} skill(s){watching}: {}",
+        names.len(),
+        names.join(", ")
+    ));
+    for failure in snapshot.failures() {
+        console::warn(&format!(
+            "{} did not load: {}",
+            failure.path.display(),
+            failure.reason
+        ));
+    }
+    warn_of_limits_for_absent_skills(file, &snapshot);
 }
 
 /// Warns of the skills `[sandbox.skills]` sets limits for that are not
@@ -426,6 +461,7 @@ impl Command {
             Command::Ask(args) => Some(&args.agent.host),
             Command::Chat(args) => Some(&args.agent.host),
             Command::Test(args) => Some(&args.host),
+            Command::Mcp(args) => Some(&args.host),
             Command::Keygen(_)
             | Command::Sign(_)
             | Command::Verify(_)

@@ -318,29 +318,7 @@ fn report_withdrawn(host: &SkillHost) {
 /// What loaded, what did not, limits set for skills that did not, and
 /// whether chat is available.
 fn report_host(host: &SkillHost, hot_reload: bool, file: &config::ConfigFile) {
-    let snapshot = host.snapshot();
-    let names: Vec<&str> = snapshot
-        .skills()
-        .map(|skill| skill.component.name().as_str())
-        .collect();
-    let watching = if hot_reload {
-        ", watching for changes"
-    } else {
-        ""
-    };
-    console::say(&format!(
-        "loaded {} skill(s){watching}: {}",
-        names.len(),
-        names.join(", ")
-    ));
-    for failure in snapshot.failures() {
-        console::warn(&format!(
-            "{} did not load: {}",
-            failure.path.display(),
-            failure.reason
-        ));
-    }
-    super::warn_of_limits_for_absent_skills(file, &snapshot);
+    super::report_skills(host, hot_reload, file);
     match host.llm() {
         Ok(llm) => console::say(&format!(
             "LLM: {} at {}",
@@ -353,7 +331,7 @@ fn report_host(host: &SkillHost, hot_reload: bool, file: &config::ConfigFile) {
 
 /// Says which keys skills must be signed with, and warns when others could
 /// add one, or one is the demo key (`--allow-unsigned` has warned already).
-fn report_trust(policy: &SignaturePolicy) {
+pub(super) fn report_trust(policy: &SignaturePolicy) {
     let SignaturePolicy::Require(store) = policy else {
         return;
     };

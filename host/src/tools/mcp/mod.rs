@@ -73,9 +73,10 @@ use crate::skills::manifest::is_function_name;
 /// another of [`PROTOCOL_VERSIONS`].
 const PROTOCOL_VERSION: &str = "2025-06-18";
 
-/// The revisions whose tool calls this client speaks: the same
-/// `initialize`, `tools/list` and `tools/call` in each.
-const PROTOCOL_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+/// The revisions whose tool calls this client (and `skillhost mcp`, the
+/// server) speaks, oldest first: the same `initialize`, `tools/list` and
+/// `tools/call` in each.
+pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
 
 /// Pages of `tools/list` read at most: a server whose cursor never ends
 /// would otherwise hold the host's start for ever.

@@ -1,0 +1,296 @@
+//! `skillhost mcp`: the loaded skills as the tools of an MCP server on
+//! standard input and output, so that an MCP client (an IDE's agent, a
+//! desktop assistant) runs signed skills in the sandbox. Each skill is a
+//! tool named after it, its parameters the input schema; a call is an
+//! invocation, as `SkillHost::invoke` makes it (steps, or the sub-agent
+//! when a model is configured). Skill files are watched: the client is
+//! told (`notifications/tools/list_changed`) when the list changes.
+//!
+//! Standard output carries the protocol only; logs and progress go to
+//! standard error. A write the confirmation policy holds for approval is
+//! approved with `--yes` and rejected otherwise: standard input is the
+//! protocol, so there is nobody to ask.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use skillhost::agent::{AgentError, AgentEvent, CallOutcome, Decision, RunHandle, SkillOutput};
+use skillhost::embed::{HostEvent, SkillHost};
+use skillhost::tools::demo::DemoDb;
+use skillhost::tools::mcp::PROTOCOL_VERSIONS;
+
+use super::{HostArgs, config, console, progress};
+
+/// JSON-RPC error codes.
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+#[derive(Debug, clap::Args)]
+pub struct McpArgs {
+    /// Approve the writes the confirmation policy holds for approval;
+    /// without it they are rejected (the skill is told).
+    #[arg(long)]
+    yes: bool,
+    /// Do not watch the skills directory.
+    #[arg(long)]
+    no_watch: bool,
+    #[command(flatten)]
+    pub(super) host: HostArgs,
+}
+
+pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
+    let file = args.host.config_file()?;
+    let env = |name: &str| std::env::var(name).ok();
+    let http_tools = file.http_tools()?;
+    let policy = args.host.signature_policy()?;
+    super::serve::report_trust(&policy);
+    let runtime = args.host.runtime_config(&file)?;
+    let mcp_tools = file.mcp_tools().await?;
+    let db = Arc::new(DemoDb::open(&args.host.db)?);
+    let host = SkillHost::builder(args.host.skills_dir()?, policy)
+        .runtime_config(runtime)
+        .demo_tools(db)
+        .register_tools(|tools| {
+            http_tools
+                .into_iter()
+                .chain(mcp_tools)
+                .try_for_each(|tool| tools.register(tool))
+        })
+        .agent_config(file.agent_config(None))
+        .llm_from_lookup(file.llm_lookup(env))
+        .hot_reload(!args.no_watch)
+        .on_load_progress(progress::loading_skills())
+        .build()
+        .await
+        .context("starting the host")
+        .map_err(config::name_sandbox_keys)?;
+    super::report_skills(&host, !args.no_watch, &file);
+    match host.llm() {
+        Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),
+        Err(why) => console::say(&format!("no LLM: skills without steps fail ({why})")),
+    }
+    console::say("serving the skills as MCP tools on standard input and output");
+    let (out, writer) = spawn_writer();
+    let server = Server {
+        host,
+        approve: args.yes,
+        out,
+    };
+    server.serve().await?;
+    // The last answers are written before the process ends.
+    drop(server);
+    writer.await.context("writing standard output")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The messages to write, one a line, in order.
+type Outbox = mpsc::UnboundedSender<Value>;
+
+/// Writes each message given to it on standard output, one a line, until
+/// every sender is gone.
+fn spawn_writer() -> (Outbox, tokio::task::JoinHandle<()>) {
+    let (out, mut messages) = mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(message) = messages.recv().await {
+            let mut line = message.to_string().into_bytes();
+            line.push(b'\n');
+            if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                // The client is gone; the reader ends at its input's end.
+                return;
+            }
+        }
+    });
+    (out, writer)
+}
+
+#[derive(Clone)]
+struct Server {
+    host: SkillHost,
+    approve: bool,
+    out: Outbox,
+}
+
+impl Server {
+    /// Answers each message on standard input until it ends; then waits
+    /// for the calls still running.
+    async fn serve(&self) -> anyhow::Result<()> {
+        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let mut calls = tokio::task::JoinSet::new();
+        let mut watching = None;
+        while let Some(line) = lines.next_line().await.context("reading standard input")? {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let message: Value = match serde_json::from_str(&line) {
+                Ok(message) => message,
+                Err(error) => {
+                    self.send_error(&Value::Null, PARSE_ERROR, &format!("not JSON: {error}"));
+                    continue;
+                }
+            };
+            let id = message.get("id").cloned();
+            let Some(method) = message.get("method").and_then(Value::as_str) else {
+                // An answer to a request of ours: this server sends none.
+                if id.is_none() {
+                    self.send_error(&Value::Null, INVALID_REQUEST, "no method");
+                }
+                continue;
+            };
+            let params = message.get("params").cloned().unwrap_or(json!({}));
+            match (method, id) {
+                ("notifications/initialized", None) if watching.is_none() => {
+                    watching = Some(self.tell_of_reloads());
+                }
+                (_, None) => {}
+                ("tools/call", Some(id)) => {
+                    let server = self.clone();
+                    calls.spawn(async move { server.answer_call(id, params).await });
+                }
+                (method, Some(id)) => match self.answer(method, &params) {
+                    Ok(result) => self.send(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+                    Err((code, message)) => self.send_error(&id, code, &message),
+                },
+            }
+        }
+        calls.join_all().await;
+        if let Some(watching) = watching {
+            watching.abort();
+            // Its outbox goes with it, so that the writer can end.
+            let _ = watching.await;
+        }
+        Ok(())
+    }
+
+    /// The result of a request other than `tools/call`, or its error.
+    fn answer(&self, method: &str, params: &Value) -> Result<Value, (i64, String)> {
+        match method {
+            "initialize" => {
+                let asked = params.get("protocolVersion").and_then(Value::as_str);
+                let latest = PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.len() - 1];
+                let protocol = asked
+                    .filter(|asked| PROTOCOL_VERSIONS.contains(asked))
+                    .unwrap_or(latest);
+                Ok(json!({
+                    "protocolVersion": protocol,
+                    "capabilities": {"tools": {"listChanged": true}},
+                    "serverInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
+                }))
+            }
+            "ping" => Ok(json!({})),
+            "tools/list" => Ok(json!({ "tools": self.tools() })),
+            other => Err((METHOD_NOT_FOUND, format!("no method `{other}`"))),
+        }
+    }
+
+    /// Every loaded skill as an MCP tool.
+    fn tools(&self) -> Vec<Value> {
+        self.host
+            .snapshot()
+            .skills()
+            .map(|skill| {
+                let manifest = skill.component.manifest();
+                json!({
+                    "name": manifest.name.as_str(),
+                    "title": format!("{} {}", manifest.name.as_str(), manifest.version),
+                    "description": manifest.description,
+                    "inputSchema": manifest.parameters,
+                })
+            })
+            .collect()
+    }
+
+    /// Runs the skill a `tools/call` names and sends the answer.
+    async fn answer_call(&self, id: Value, params: Value) {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
+        let outcome = match self.host.invoke(name, arguments) {
+            Ok(run) => self.follow(run).await,
+            Err(AgentError::UnknownSkill(_)) => {
+                let message = self.host.snapshot().not_loaded(name);
+                return self.send_error(&id, INVALID_PARAMS, &message);
+            }
+            Err(error) => Err(error),
+        };
+        let result = match outcome {
+            Ok(CallOutcome::Done { result }) => {
+                let text = match &result {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                };
+                let mut answer = json!({"content": [{"type": "text", "text": text}]});
+                if result.is_object() {
+                    answer["structuredContent"] = result;
+                }
+                answer
+            }
+            Ok(other) => json!({
+                "content": [{"type": "text", "text": other.error_text().unwrap_or_default()}],
+                "isError": true,
+            }),
+            Err(error) => json!({
+                "content": [{"type": "text", "text": error.to_string()}],
+                "isError": true,
+            }),
+        };
+        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    }
+
+    /// Follows a run to its end, answering its confirmations.
+    async fn follow(&self, mut run: RunHandle<SkillOutput>) -> Result<CallOutcome, AgentError> {
+        while let Some(event) = run.events.recv().await {
+            if let AgentEvent::ConfirmationPending(pending) = event {
+                let decision = if self.approve {
+                    Decision::Approve
+                } else {
+                    Decision::Reject(Some(
+                        "writes are rejected: this MCP server was started without --yes".into(),
+                    ))
+                };
+                // A refused answer means it expired; the run says so.
+                let _ = self.host.confirmations().answer_on_the_spot(
+                    pending.id.as_str(),
+                    decision,
+                    None,
+                );
+            }
+        }
+        Ok(run.result().await?.outcome)
+    }
+
+    /// Tells the client whenever the skills change, from now on.
+    fn tell_of_reloads(&self) -> tokio::task::JoinHandle<()> {
+        let mut events = self.host.subscribe();
+        let out = self.out.clone();
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(HostEvent::Reload(_))
+                    | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                        let changed = "notifications/tools/list_changed";
+                        let _ = out.send(json!({"jsonrpc": "2.0", "method": changed}));
+                    }
+                    Ok(_) => {}
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        })
+    }
+
+    fn send(&self, message: Value) {
+        // Fails only once the writer has stopped: the client is gone.
+        let _ = self.out.send(message);
+    }
+
+    fn send_error(&self, id: &Value, code: i64, message: &str) {
+        self.send(json!({"jsonrpc": "2.0", "id": id,
+                         "error": {"code": code, "message": message}}));
+    }
+}
