@@ -1908,6 +1908,47 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
     assert!(status.success());
 }
 
+/// Without --yes, a client that can ask its user (`elicitation`) is asked
+/// to approve the write; its user's yes lets the refund through.
+#[tokio::test]
+async fn mcp_asks_the_clients_user_to_approve_a_write() {
+    let work = Workdir::new();
+    let mut child = work
+        .host_command(&["mcp"], &bundled())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut peer = McpPeer {
+        stdin: child.stdin.take().unwrap(),
+        stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
+    };
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+                   "clientInfo": {"name": "test", "version": "1"}}});
+    peer.exchange(initialize).await;
+    let refund = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "processRefund",
+                   "arguments": {"orderId": "88231", "reason": "broken"}}});
+    let asked = peer.exchange(refund).await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let question = asked["params"]["message"].as_str().unwrap();
+    assert!(question.contains("applyRefund"), "{question}");
+    assert_eq!(work.refunds_of_88231(), 0);
+    let yes = json!({"jsonrpc": "2.0", "id": asked["id"],
+                     "result": {"action": "accept", "content": {"approve": true}}});
+    // The answer carries an id too: what comes next is the call's result.
+    let refunded = peer.exchange(yes).await;
+    assert_eq!(refunded["id"], 2);
+    assert_eq!(
+        refunded["result"]["structuredContent"]["refunded"], true,
+        "{refunded}"
+    );
+    assert_eq!(work.refunds_of_88231(), 1);
+}
+
 /// One skillhost taking another's skills as MCP tools: the client of
 /// `[[mcp_servers]]` starts `skillhost mcp`, which, without --yes,
 /// rejects the write the skill would make.

@@ -8,18 +8,24 @@
 //!
 //! Standard output carries the protocol only; logs and progress go to
 //! standard error. A write the confirmation policy holds for approval is
-//! approved with `--yes` and rejected otherwise: standard input is the
-//! protocol, so there is nobody to ask.
+//! approved with `--yes`; otherwise the client is asked to ask its user
+//! (`elicitation/create`) when it says it can, and the write is rejected
+//! when it cannot, or gives no answer before the confirmation expires.
 
+use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use skillhost::agent::{AgentError, AgentEvent, CallOutcome, Decision, RunHandle, SkillOutput};
+use skillhost::agent::{
+    AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
+};
 use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::tools::demo::DemoDb;
 use skillhost::tools::mcp::PROTOCOL_VERSIONS;
@@ -35,7 +41,8 @@ const INVALID_PARAMS: i64 = -32602;
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
     /// Approve the writes the confirmation policy holds for approval;
-    /// without it they are rejected (the skill is told).
+    /// without it the client is asked to ask its user, when it can, and
+    /// they are rejected otherwise (the skill is told).
     #[arg(long)]
     yes: bool,
     /// Do not watch the skills directory.
@@ -82,6 +89,7 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
         host,
         approve: args.yes,
         out,
+        client: Arc::default(),
     };
     server.serve().await?;
     // The last answers are written before the process ends.
@@ -116,6 +124,17 @@ struct Server {
     host: SkillHost,
     approve: bool,
     out: Outbox,
+    client: Arc<Client>,
+}
+
+/// What the server knows of its client, and asks it.
+#[derive(Default)]
+struct Client {
+    /// Whether it can ask its user (`elicitation` among its capabilities).
+    elicits: AtomicBool,
+    /// The server's requests it has not answered yet, by id.
+    asked: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
+    next_id: AtomicU64,
 }
 
 impl Server {
@@ -138,9 +157,9 @@ impl Server {
             };
             let id = message.get("id").cloned();
             let Some(method) = message.get("method").and_then(Value::as_str) else {
-                // An answer to a request of ours: this server sends none.
-                if id.is_none() {
-                    self.send_error(&Value::Null, INVALID_REQUEST, "no method");
+                match id.as_ref().and_then(Value::as_u64) {
+                    Some(id) => self.client.answered(id, message),
+                    None => self.send_error(&Value::Null, INVALID_REQUEST, "no method"),
                 }
                 continue;
             };
@@ -160,6 +179,9 @@ impl Server {
                 },
             }
         }
+        // The client is gone: nobody will answer what was asked.
+        self.client.elicits.store(false, Ordering::Relaxed);
+        self.client.asked.lock().unwrap().clear();
         calls.join_all().await;
         if let Some(watching) = watching {
             watching.abort();
@@ -173,6 +195,8 @@ impl Server {
     fn answer(&self, method: &str, params: &Value) -> Result<Value, (i64, String)> {
         match method {
             "initialize" => {
+                let elicits = params.pointer("/capabilities/elicitation").is_some();
+                self.client.elicits.store(elicits, Ordering::Relaxed);
                 let asked = params.get("protocolVersion").and_then(Value::as_str);
                 let latest = PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.len() - 1];
                 let protocol = asked
@@ -247,13 +271,7 @@ impl Server {
     async fn follow(&self, mut run: RunHandle<SkillOutput>) -> Result<CallOutcome, AgentError> {
         while let Some(event) = run.events.recv().await {
             if let AgentEvent::ConfirmationPending(pending) = event {
-                let decision = if self.approve {
-                    Decision::Approve
-                } else {
-                    Decision::Reject(Some(
-                        "writes are rejected: this MCP server was started without --yes".into(),
-                    ))
-                };
+                let decision = self.decide(&pending).await;
                 // A refused answer means it expired; the run says so.
                 let _ = self.host.confirmations().answer_on_the_spot(
                     pending.id.as_str(),
@@ -263,6 +281,47 @@ impl Server {
             }
         }
         Ok(run.result().await?.outcome)
+    }
+
+    /// Approves with --yes; else asks the client's user, when it can.
+    async fn decide(&self, pending: &PendingConfirmation) -> Decision {
+        if self.approve {
+            return Decision::Approve;
+        }
+        if !self.client.elicits.load(Ordering::Relaxed) {
+            return Decision::Reject(Some(
+                "writes are rejected: this MCP server was started without --yes and its client \
+                 cannot ask its user"
+                    .into(),
+            ));
+        }
+        let question = json!({
+            "message": format!("Approve this write? {}", pending.summary),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"approve": {"type": "boolean", "title": "Approve"}},
+                "required": ["approve"],
+            },
+        });
+        let wait = pending
+            .expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default();
+        let (id, answer) = self.client.ask();
+        self.send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+                         "params": question}),
+        );
+        let Ok(Ok(answer)) = tokio::time::timeout(wait, answer).await else {
+            self.client.asked.lock().unwrap().remove(&id);
+            return Decision::Reject(Some("the client's user gave no answer in time".into()));
+        };
+        let result = &answer["result"];
+        if result["action"] == "accept" && result["content"]["approve"] == true {
+            Decision::Approve
+        } else {
+            Decision::Reject(None)
+        }
     }
 
     /// Tells the client whenever the skills change, from now on.
@@ -292,5 +351,23 @@ impl Server {
     fn send_error(&self, id: &Value, code: i64, message: &str) {
         self.send(json!({"jsonrpc": "2.0", "id": id,
                          "error": {"code": code, "message": message}}));
+    }
+}
+
+impl Client {
+    /// A new request's id, and where its answer will come.
+    fn ask(&self) -> (u64, oneshot::Receiver<Value>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, answer) = oneshot::channel();
+        self.asked.lock().unwrap().insert(id, sender);
+        (id, answer)
+    }
+
+    /// Hands `message`, the client's answer to request `id`, to its asker.
+    fn answered(&self, id: u64, message: Value) {
+        if let Some(asker) = self.asked.lock().unwrap().remove(&id) {
+            // The asker may have stopped waiting.
+            let _ = asker.send(message);
+        }
     }
 }

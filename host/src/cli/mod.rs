@@ -211,7 +211,8 @@ enum Command {
     Test(test::TestArgs),
     /// Serve the skills as the tools of an MCP server on standard input and
     /// output, for an MCP client (an IDE's agent); hot reload on, the client
-    /// told when the list changes; writes rejected unless --yes.
+    /// told when the list changes; a write is approved with --yes, else the
+    /// client's user is asked when the client can ask, else it is rejected.
     Mcp(mcp::McpArgs),
 }
 
