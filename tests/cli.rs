@@ -1820,7 +1820,8 @@ impl McpPeer {
 
 /// `skillhost mcp` on its standard streams, as an MCP client drives it:
 /// each skill a tool, a call an invocation (writes approved with --yes),
-/// bad input an error result naming the field, and a skill file added
+/// bad input an error result naming the field, a line that is not JSON an
+/// error answered, and a skill file added
 /// while it runs a `tools/list_changed` and a new tool.
 #[tokio::test]
 async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() {
@@ -1891,6 +1892,9 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
         .exchange(request(5, "tools/call", json!({"name": "processRefnd"})))
         .await;
     assert_eq!(unknown["error"]["code"], -32602);
+    // Neither JSON nor text: an error answered, and the server goes on.
+    peer.stdin.write_all(b"\xff{\n").await.unwrap();
+    assert_eq!(peer.next().await["error"]["code"], -32700);
 
     std::fs::copy(skill_file("order_change"), skills.join("order_change.wasm")).unwrap();
     assert_eq!(

@@ -141,14 +141,22 @@ impl Server {
     /// Answers each message on standard input until it ends; then waits
     /// for the calls still running.
     async fn serve(&self) -> anyhow::Result<()> {
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
+        let mut stdin = BufReader::new(tokio::io::stdin());
+        let mut line = Vec::new();
         let mut calls = tokio::task::JoinSet::new();
         let mut watching = None;
-        while let Some(line) = lines.next_line().await.context("reading standard input")? {
-            if line.trim().is_empty() {
+        loop {
+            line.clear();
+            let read = stdin.read_until(b'\n', &mut line).await;
+            if read.context("reading standard input")? == 0 {
+                break;
+            }
+            if line.trim_ascii().is_empty() {
                 continue;
             }
-            let message: Value = match serde_json::from_str(&line) {
+            // Bytes, not text: a line that is not UTF-8 is an error answered,
+            // not the end of the server.
+            let message: Value = match serde_json::from_slice(&line) {
                 Ok(message) => message,
                 Err(error) => {
                     self.send_error(&Value::Null, PARSE_ERROR, &format!("not JSON: {error}"));
