@@ -1797,6 +1797,23 @@ struct McpPeer {
 }
 
 impl McpPeer {
+    /// Starts `command` with its standard streams piped: killed when the
+    /// child is dropped.
+    fn start(mut command: Command) -> (tokio::process::Child, Self) {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let peer = Self {
+            stdin: child.stdin.take().unwrap(),
+            stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
+        };
+        (child, peer)
+    }
+
     /// Sends `message`; the answer, when it is a request.
     async fn exchange(&mut self, message: Value) -> Value {
         let line = format!("{message}\n");
@@ -1831,18 +1848,7 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
     for name in ["processRefund", "inquireOrderStatus"] {
         std::fs::copy(skill_file(name), skills.join(format!("{name}.wasm"))).unwrap();
     }
-    let mut child = work
-        .host_command(&["mcp", "--yes"], &skills)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut peer = McpPeer {
-        stdin: child.stdin.take().unwrap(),
-        stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
-    };
+    let (mut child, mut peer) = McpPeer::start(work.host_command(&["mcp", "--yes"], &skills));
     let request = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
 
     let initialized = peer
@@ -1917,18 +1923,7 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
 #[tokio::test]
 async fn mcp_asks_the_clients_user_to_approve_a_write() {
     let work = Workdir::new();
-    let mut child = work
-        .host_command(&["mcp"], &bundled())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut peer = McpPeer {
-        stdin: child.stdin.take().unwrap(),
-        stdout: tokio::io::BufReader::new(child.stdout.take().unwrap()).lines(),
-    };
+    let (_child, mut peer) = McpPeer::start(work.host_command(&["mcp"], &bundled()));
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
                    "clientInfo": {"name": "test", "version": "1"}}});

@@ -27,10 +27,9 @@ use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
 use skillhost::embed::{HostEvent, SkillHost};
-use skillhost::tools::demo::DemoDb;
 use skillhost::tools::mcp::PROTOCOL_VERSIONS;
 
-use super::{HostArgs, config, console, progress};
+use super::{HostArgs, console};
 
 /// JSON-RPC error codes.
 const PARSE_ERROR: i64 = -32700;
@@ -54,30 +53,9 @@ pub struct McpArgs {
 
 pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
-    let env = |name: &str| std::env::var(name).ok();
-    let http_tools = file.http_tools()?;
-    let policy = args.host.signature_policy()?;
-    super::serve::report_trust(&policy);
-    let runtime = args.host.runtime_config(&file)?;
-    let mcp_tools = file.mcp_tools().await?;
-    let db = Arc::new(DemoDb::open(&args.host.db)?);
-    let host = SkillHost::builder(args.host.skills_dir()?, policy)
-        .runtime_config(runtime)
-        .demo_tools(db)
-        .register_tools(|tools| {
-            http_tools
-                .into_iter()
-                .chain(mcp_tools)
-                .try_for_each(|tool| tools.register(tool))
-        })
-        .agent_config(file.agent_config(None))
-        .llm_from_lookup(file.llm_lookup(env))
-        .hot_reload(!args.no_watch)
-        .on_load_progress(progress::loading_skills())
-        .build()
-        .await
-        .context("starting the host")
-        .map_err(config::name_sandbox_keys)?;
+    let settings = super::HostSettings::read(&args.host, &file, file.agent_config(None))?;
+    super::serve::report_trust(&settings.policy);
+    let host = settings.start(&args.host, &file, !args.no_watch).await?;
     super::report_skills(&host, !args.no_watch, &file);
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),

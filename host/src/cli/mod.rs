@@ -25,6 +25,8 @@ use tracing_subscriber::fmt::format::FmtSpan;
 
 use config::ConfigFile;
 
+use anyhow::Context;
+use skillhost::agent::AgentConfig;
 use skillhost::embed::SkillHost;
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -284,6 +286,60 @@ async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<Skill
     .await?;
     warn_of_limits_for_absent_skills(file, &skills.snapshot());
     Ok(skills)
+}
+
+/// The settings of a long-running host (`serve`, `mcp`), read and checked
+/// before it starts: a mistake in them is reported without waiting on an
+/// MCP server.
+struct HostSettings {
+    skills_dir: PathBuf,
+    policy: SignaturePolicy,
+    runtime: RuntimeConfig,
+    http_tools: Vec<Arc<dyn Tool>>,
+    agent: AgentConfig,
+}
+
+impl HostSettings {
+    fn read(args: &HostArgs, file: &ConfigFile, agent: AgentConfig) -> anyhow::Result<Self> {
+        Ok(Self {
+            http_tools: file.http_tools()?,
+            skills_dir: args.skills_dir()?.to_owned(),
+            policy: args.signature_policy()?,
+            runtime: args.runtime_config(file)?,
+            agent,
+        })
+    }
+
+    /// The host over the demo shop on `--db` and the file's HTTP and MCP
+    /// tools, with the file's LLM, watching the skills when `hot_reload`.
+    async fn start(
+        self,
+        args: &HostArgs,
+        file: &ConfigFile,
+        hot_reload: bool,
+    ) -> anyhow::Result<SkillHost> {
+        let env = |name: &str| std::env::var(name).ok();
+        let mcp_tools = file.mcp_tools().await?;
+        let db = Arc::new(DemoDb::open(&args.db)?);
+        let http_tools = self.http_tools;
+        SkillHost::builder(self.skills_dir, self.policy)
+            .runtime_config(self.runtime)
+            .demo_tools(db)
+            .register_tools(|tools| {
+                http_tools
+                    .into_iter()
+                    .chain(mcp_tools)
+                    .try_for_each(|tool| tools.register(tool))
+            })
+            .agent_config(self.agent)
+            .llm_from_lookup(file.llm_lookup(env))
+            .hot_reload(hot_reload)
+            .on_load_progress(progress::loading_skills())
+            .build()
+            .await
+            .context("starting the host")
+            .map_err(config::name_sandbox_keys)
+    }
 }
 
 /// Says which skills `host` loaded, and warns of the files that did not

@@ -5,7 +5,6 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,9 +15,8 @@ use skillhost::agent::ConfirmationPolicy;
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
-use skillhost::tools::demo::DemoDb;
 
-use super::{HostArgs, config, console, progress};
+use super::{HostArgs, config, console};
 use keys::bearer_key;
 
 mod hangup;
@@ -110,21 +108,21 @@ pub struct ServeArgs {
 
 pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
-    let env = |name: &str| std::env::var(name).ok();
-    let http_tools = file.http_tools()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
-    let skills_dir = args.host.skills_dir()?;
-    let policy = args.host.signature_policy()?;
-    report_trust(&policy);
-    let runtime = args.host.runtime_config(&file)?;
+    let settings = super::HostSettings::read(
+        &args.host,
+        &file,
+        file.agent_config(args.keep_public.clone()),
+    )?;
+    report_trust(&settings.policy);
     let keys::ApiKeys {
         keys: api_keys,
         file_bytes: keys_file_bytes,
     } = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
     let has_api_keys = !api_keys.is_empty();
     let with_keys = has_api_keys || args.admin_key.is_some();
-    let agent_config = file.agent_config(args.keep_public.clone());
+    let agent_config = &settings.agent;
     if agent_config.confirmation.separate_approver && !with_keys {
         console::warn(
             "[confirmation] separate_approver is set but the gateway has no keys: no answer names \
@@ -138,26 +136,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.admin_key.is_some(),
     );
     // After every setting that needs no network: a mistake in them is
-    // reported without waiting on a server.
-    let mcp_tools = file.mcp_tools().await?;
-    let db = Arc::new(DemoDb::open(&args.host.db)?);
-    let host = SkillHost::builder(skills_dir, policy)
-        .runtime_config(runtime)
-        .demo_tools(db)
-        .register_tools(|tools| {
-            http_tools
-                .into_iter()
-                .chain(mcp_tools)
-                .try_for_each(|tool| tools.register(tool))
-        })
-        .agent_config(agent_config)
-        .llm_from_lookup(file.llm_lookup(env))
-        .hot_reload(hot_reload)
-        .on_load_progress(progress::loading_skills())
-        .build()
-        .await
-        .context("starting the host")
-        .map_err(config::name_sandbox_keys)?;
+    // reported without waiting on an MCP server.
+    let host = settings.start(&args.host, &file, hot_reload).await?;
     report_host(&host, hot_reload, &file);
     let gateway = Gateway::new(
         host,
