@@ -1880,6 +1880,9 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
         listed["result"]["tools"][1]["inputSchema"]["required"],
         json!(["orderId", "reason"])
     );
+    // processRefund may write (applyRefund); inquireOrderStatus only reads.
+    let read_only = |index: usize| &listed["result"]["tools"][index]["annotations"]["readOnlyHint"];
+    assert_eq!((read_only(0), read_only(1)), (&json!(true), &json!(false)));
 
     let refund = json!({"name": "processRefund",
                         "arguments": {"orderId": "88231", "reason": "broken"}});

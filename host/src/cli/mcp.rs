@@ -27,6 +27,7 @@ use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
 use skillhost::embed::{HostEvent, SkillHost};
+use skillhost::tools::Access;
 use skillhost::tools::mcp::PROTOCOL_VERSIONS;
 
 use super::{HostArgs, console};
@@ -200,8 +201,15 @@ impl Server {
         }
     }
 
-    /// Every loaded skill as an MCP tool.
+    /// Every loaded skill as an MCP tool; read-only (a hint clients use
+    /// to ask their user less) when every tool it may call only reads.
     fn tools(&self) -> Vec<Value> {
+        let registered = self.host.tools();
+        let reads = |name: &String| {
+            registered
+                .get(name)
+                .is_some_and(|tool| tool.spec().access == Access::Read)
+        };
         self.host
             .snapshot()
             .skills()
@@ -212,6 +220,7 @@ impl Server {
                     "title": format!("{} {}", manifest.name.as_str(), manifest.version),
                     "description": manifest.description,
                     "inputSchema": manifest.parameters,
+                    "annotations": {"readOnlyHint": manifest.tools.iter().all(reads)},
                 })
             })
             .collect()
