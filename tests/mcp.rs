@@ -309,6 +309,7 @@ async fn a_server_started_as_a_command_is_spoken_to_on_its_standard_streams() {
         specs,
         [
             ("crash", Access::Write),
+            ("deaf", Access::Write),
             ("environment", Access::Read),
             ("lookupCustomer", Access::Read),
             ("slow", Access::Write),
@@ -420,6 +421,43 @@ async fn a_call_the_server_does_not_answer_in_time_fails_and_is_cancelled() {
     tokio::time::timeout(std::time::Duration::from_secs(20), cancelled)
         .await
         .expect("the server was not told the call is cancelled");
+}
+
+/// A server that stops reading its input: a call that cannot be written
+/// fails after the timeout instead of waiting for ever, and the next call
+/// finds a new process.
+#[tokio::test]
+async fn a_server_that_reads_no_more_is_given_up_and_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("received");
+    let mut config = started(&log);
+    config.timeout_secs = Some(1);
+    let registry = registry_of_started(&config).await;
+
+    let Err(ToolError::Failed(message)) = registry.call("deaf", json!({})).await else {
+        panic!("a call past its time succeeded");
+    };
+    assert!(message.ends_with("no answer within 1 s"), "{message}");
+    // More than a pipe holds: the write cannot finish.
+    let long_id = "u".repeat(1 << 20);
+    let Err(ToolError::Failed(message)) = registry
+        .call("lookupCustomer", json!({"id": long_id}))
+        .await
+    else {
+        panic!("a call to a server that reads nothing succeeded");
+    };
+    assert!(
+        message.ends_with("the server process did not read its input for 1 s"),
+        "{message}"
+    );
+    let found = registry
+        .call("lookupCustomer", json!({"id": "u1003"}))
+        .await
+        .unwrap();
+    assert_eq!(found["id"], "u1003");
+    let processes: std::collections::BTreeSet<String> =
+        logged(&log).into_iter().map(|(pid, _)| pid).collect();
+    assert_eq!(processes.len(), 2);
 }
 
 #[tokio::test]

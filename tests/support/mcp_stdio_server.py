@@ -32,6 +32,7 @@ TOOLS = [
     },
     {"name": "crash", "description": "Ends the server.", "inputSchema": {"type": "object"}},
     {"name": "slow", "description": "Never answers in time.", "inputSchema": {"type": "object"}},
+    {"name": "deaf", "description": "Stops reading its input.", "inputSchema": {"type": "object"}},
 ]
 
 
@@ -71,6 +72,8 @@ def call(request):
         os._exit(3)
     elif name == "slow":
         time.sleep(3)
+    elif name == "deaf":
+        time.sleep(60)
 
 
 def main():

@@ -143,7 +143,17 @@ impl Transport {
         }
         let line = serde_json::to_vec(request).map_err(|e| Failure::Other(e.to_string()))?;
         let timeout = self.program.timeout;
-        if let Err(unread) = process.pipes.send(line).await {
+        let Ok(sent) = tokio::time::timeout(timeout, process.pipes.send(line)).await else {
+            // Part of the line may be written: nothing after it would
+            // read right. The next call starts the server again.
+            let reason = format!(
+                "the server process did not read its input for {} s",
+                timeout.as_secs()
+            );
+            self.retire(&process, &reason);
+            return Err(Failure::Other(reason));
+        };
+        if let Err(unread) = sent {
             // A line not written whole is no message: the server never saw
             // it. Its reader tells why the process ended.
             let ended = tokio::time::timeout(timeout, answer).await;
@@ -159,16 +169,32 @@ impl Transport {
             Err(_) => {
                 process.pipes.forget(request.id);
                 let cancel = json!({"requestId": request.id, "reason": "timed out"});
-                // Best effort: the caller learns of the timeout either way.
-                let _ = process
-                    .pipes
-                    .notify("notifications/cancelled", cancel)
-                    .await;
+                let pipes = Arc::clone(&process.pipes);
+                // Best effort, and apart: the caller learns of the timeout
+                // either way, and a server that reads nothing holds the
+                // notification, not the caller.
+                tokio::spawn(async move {
+                    let cancelled = pipes.notify("notifications/cancelled", cancel);
+                    let _ = tokio::time::timeout(timeout, cancelled).await;
+                });
                 Err(Failure::Other(format!(
                     "no answer within {} s",
                     timeout.as_secs()
                 )))
             }
+        }
+    }
+
+    /// Ends `process`, failing what waits on it, and forgets it if it is
+    /// still the current one: it is killed once nothing holds it.
+    fn retire(&self, process: &Arc<Process>, reason: &str) {
+        process.pipes.end(reason);
+        let mut current = self.process.lock().unwrap();
+        if current
+            .as_ref()
+            .is_some_and(|now| Arc::ptr_eq(now, process))
+        {
+            *current = None;
         }
     }
 
