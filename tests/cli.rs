@@ -1922,7 +1922,8 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
 }
 
 /// Without --yes, a client that can ask its user (`elicitation`) is asked
-/// to approve the write; its user's yes lets the refund through.
+/// to approve the write; its user's yes lets the refund through. Unless
+/// the policy names who may approve: then nobody is asked.
 #[tokio::test]
 async fn mcp_asks_the_clients_user_to_approve_a_write() {
     let work = Workdir::new();
@@ -1930,7 +1931,7 @@ async fn mcp_asks_the_clients_user_to_approve_a_write() {
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
                    "clientInfo": {"name": "test", "version": "1"}}});
-    peer.exchange(initialize).await;
+    peer.exchange(initialize.clone()).await;
     let refund = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "processRefund",
                    "arguments": {"orderId": "88231", "reason": "broken"}}});
@@ -1949,6 +1950,26 @@ async fn mcp_asks_the_clients_user_to_approve_a_write() {
         "{refunded}"
     );
     assert_eq!(work.refunds_of_88231(), 1);
+
+    // A policy that names who may approve: no user of a client can be
+    // named, so the write is rejected without asking.
+    let fresh = Workdir::new();
+    let config = fresh.path("skillhost.toml");
+    std::fs::write(&config, "[confirmation]\nseparate_approver = true\n").unwrap();
+    let mut strict = fresh.host_command(&["mcp"], &bundled());
+    strict.arg("--config").arg(&config);
+    let (_child, mut peer) = McpPeer::start(strict);
+    peer.exchange(initialize).await;
+    let refund = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "processRefund",
+                   "arguments": {"orderId": "88231", "reason": "broken"}}});
+    let rejected = peer.exchange(refund).await;
+    assert_eq!(rejected["id"], 3, "asked: {rejected}");
+    let message = rejected["result"]["structuredContent"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("cannot be named"), "{message}");
+    assert_eq!(fresh.refunds_of_88231(), 0);
 }
 
 /// One skillhost taking another's skills as MCP tools: the client of

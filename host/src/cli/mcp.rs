@@ -283,6 +283,15 @@ impl Server {
         if self.approve {
             return Decision::Approve;
         }
+        if pending.separate_approver || pending.approvers.is_some() {
+            // Whoever the client's user is, this server cannot say: asking
+            // would only lead to a refusal.
+            return Decision::Reject(Some(
+                "the confirmation policy names who may approve this write, and an MCP client's \
+                 user cannot be named"
+                    .into(),
+            ));
+        }
         if !self.client.elicits.load(Ordering::Relaxed) {
             return Decision::Reject(Some(
                 "writes are rejected: this MCP server was started without --yes and its client \
