@@ -2784,3 +2784,105 @@ async fn http_tools_keep_their_secrets_with_their_service_and_say_why_a_call_fai
         .to_string();
     assert!(error.to_lowercase().contains("refused"), "{error}");
 }
+
+/// `POST /mcp`: a remote MCP client lists the skills and calls them; a
+/// write waits for approval as at the invoke route (the call's result says
+/// where to answer), and messages of the wrong kind are refused.
+#[tokio::test]
+async fn mcp_clients_call_the_skills_and_their_writes_wait_for_approval() {
+    let served = Served::start(Setup::default()).await;
+    let rpc = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let initialize = json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "test", "version": "1"}});
+    let (status, initialized) = served.post("/mcp", rpc(1, "initialize", initialize)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
+    // Stateless: it cannot tell the client of a change.
+    assert_eq!(
+        initialized["result"]["capabilities"]["tools"]["listChanged"],
+        false
+    );
+    let (_, listed) = served.post("/mcp", rpc(2, "tools/list", json!({}))).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["inquireOrderStatus", "processRefund"]);
+
+    let call = |name: &str, arguments: Value| json!({"name": name, "arguments": arguments});
+    let status_of = call("inquireOrderStatus", json!({"orderId": "88231"}));
+    let (_, looked_up) = served.post("/mcp", rpc(3, "tools/call", status_of)).await;
+    assert_eq!(looked_up["result"].get("isError"), None, "{looked_up:#}");
+    assert_eq!(looked_up["result"]["structuredContent"]["orderId"], "88231");
+
+    let refund = call("processRefund", refund_input());
+    let (status, held) = served.post("/mcp", rpc(4, "tools/call", refund)).await;
+    assert_eq!(status, StatusCode::OK);
+    let waiting = &held["result"]["structuredContent"];
+    assert_eq!(waiting["status"], "pending_confirmation", "{held:#}");
+    let text = held["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("Approval needed"), "{text}");
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    let (status, approved) = served.approve(&waiting["confirmation"]).await;
+    assert_eq!(status, StatusCode::OK, "{approved:#}");
+    assert_eq!(approved["result"]["refunded"], true, "{approved:#}");
+    assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
+    let (_, record) = served
+        .get(&format!("/v1/runs/{}", waiting["run"].as_str().unwrap()))
+        .await;
+    assert_eq!(record["status"], "done", "{record:#}");
+
+    let unknown = call("processRefnd", json!({}));
+    let (_, refused) = served.post("/mcp", rpc(5, "tools/call", unknown)).await;
+    assert_eq!(refused["error"]["code"], -32602);
+    let wrong = call("processRefund", json!({"orderId": 88231}));
+    let (_, invalid) = served.post("/mcp", rpc(6, "tools/call", wrong)).await;
+    assert_eq!(invalid["result"]["isError"], true);
+    let (_, unknown_method) = served
+        .post("/mcp", rpc(7, "resources/list", json!({})))
+        .await;
+    assert_eq!(unknown_method["error"]["code"], -32601);
+
+    let send = |content_type: &str, extra: Option<(&str, &str)>, body: &str| {
+        let mut request = served
+            .http
+            .post(served.url("/mcp"))
+            .header("content-type", content_type)
+            .body(body.to_owned());
+        if let Some((name, value)) = extra {
+            request = request.header(name, value);
+        }
+        request.send()
+    };
+    let notification = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    let accepted = send("application/json", None, notification).await.unwrap();
+    assert_eq!(accepted.status(), StatusCode::ACCEPTED);
+    let ping = r#"{"jsonrpc":"2.0","id":8,"method":"ping"}"#;
+    // What a web page can send without a preflight: refused.
+    let plain = send("text/plain", None, ping).await.unwrap();
+    assert_eq!(plain.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let elsewhere = send(
+        "application/json",
+        Some(("origin", "https://evil.example")),
+        ping,
+    );
+    assert_eq!(elsewhere.await.unwrap().status(), StatusCode::FORBIDDEN);
+    let old = send(
+        "application/json",
+        Some(("mcp-protocol-version", "2024-11-05")),
+        ping,
+    );
+    let (status, old) = read(old.await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        old["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("2025-06-18")
+    );
+    let (status, garbled) = read(send("application/json", None, "{").await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(garbled["error"]["code"], -32700);
+}

@@ -1,10 +1,9 @@
 //! `skillhost mcp`: the loaded skills as the tools of an MCP server on
 //! standard input and output, so that an MCP client (an IDE's agent, a
-//! desktop assistant) runs signed skills in the sandbox. Each skill is a
-//! tool named after it, its parameters the input schema; a call is an
-//! invocation, as `SkillHost::invoke` makes it (steps, or the sub-agent
-//! when a model is configured). Skill files are watched: the client is
-//! told (`notifications/tools/list_changed`) when the list changes.
+//! desktop assistant) runs signed skills in the sandbox; the tools and
+//! results are those of `skillhost::embed::mcp`, as at the gateway's
+//! `/mcp`. Skill files are watched: the client is told
+//! (`notifications/tools/list_changed`) when the list changes.
 //!
 //! Standard output carries the protocol only; logs and progress go to
 //! standard error. A write the confirmation policy holds for approval is
@@ -26,17 +25,10 @@ use tokio::sync::{mpsc, oneshot};
 use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
+use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 use skillhost::embed::{HostEvent, SkillHost};
-use skillhost::tools::Access;
-use skillhost::tools::mcp::PROTOCOL_VERSIONS;
 
 use super::{HostArgs, console};
-
-/// JSON-RPC error codes.
-const PARSE_ERROR: i64 = -32700;
-const INVALID_REQUEST: i64 = -32600;
-const METHOD_NOT_FOUND: i64 = -32601;
-const INVALID_PARAMS: i64 = -32602;
 
 #[derive(Debug, clap::Args)]
 pub struct McpArgs {
@@ -161,7 +153,7 @@ impl Server {
                     calls.spawn(async move { server.answer_call(id, params).await });
                 }
                 (method, Some(id)) => match self.answer(method, &params) {
-                    Ok(result) => self.send(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+                    Ok(result) => self.send(mcp::answer(&id, result)),
                     Err((code, message)) => self.send_error(&id, code, &message),
                 },
             }
@@ -184,46 +176,12 @@ impl Server {
             "initialize" => {
                 let elicits = params.pointer("/capabilities/elicitation").is_some();
                 self.client.elicits.store(elicits, Ordering::Relaxed);
-                let asked = params.get("protocolVersion").and_then(Value::as_str);
-                let latest = PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.len() - 1];
-                let protocol = asked
-                    .filter(|asked| PROTOCOL_VERSIONS.contains(asked))
-                    .unwrap_or(latest);
-                Ok(json!({
-                    "protocolVersion": protocol,
-                    "capabilities": {"tools": {"listChanged": true}},
-                    "serverInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
-                }))
+                Ok(mcp::initialize_result(params, true))
             }
             "ping" => Ok(json!({})),
-            "tools/list" => Ok(json!({ "tools": self.tools() })),
+            "tools/list" => Ok(mcp::tools_list(&self.host)),
             other => Err((METHOD_NOT_FOUND, format!("no method `{other}`"))),
         }
-    }
-
-    /// Every loaded skill as an MCP tool; read-only (a hint clients use
-    /// to ask their user less) when every tool it may call only reads.
-    fn tools(&self) -> Vec<Value> {
-        let registered = self.host.tools();
-        let reads = |name: &String| {
-            registered
-                .get(name)
-                .is_some_and(|tool| tool.spec().access == Access::Read)
-        };
-        self.host
-            .snapshot()
-            .skills()
-            .map(|skill| {
-                let manifest = skill.component.manifest();
-                json!({
-                    "name": manifest.name.as_str(),
-                    "title": format!("{} {}", manifest.name.as_str(), manifest.version),
-                    "description": manifest.description,
-                    "inputSchema": manifest.parameters,
-                    "annotations": {"readOnlyHint": manifest.tools.iter().all(reads)},
-                })
-            })
-            .collect()
     }
 
     /// Runs the skill a `tools/call` names and sends the answer.
@@ -239,27 +197,10 @@ impl Server {
             Err(error) => Err(error),
         };
         let result = match outcome {
-            Ok(CallOutcome::Done { result }) => {
-                let text = match &result {
-                    Value::String(text) => text.clone(),
-                    other => other.to_string(),
-                };
-                let mut answer = json!({"content": [{"type": "text", "text": text}]});
-                if result.is_object() {
-                    answer["structuredContent"] = result;
-                }
-                answer
-            }
-            Ok(other) => json!({
-                "content": [{"type": "text", "text": other.error_text().unwrap_or_default()}],
-                "isError": true,
-            }),
-            Err(error) => json!({
-                "content": [{"type": "text", "text": error.to_string()}],
-                "isError": true,
-            }),
+            Ok(outcome) => mcp::call_result(outcome),
+            Err(error) => mcp::error_result(&error.to_string()),
         };
-        self.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+        self.send(mcp::answer(&id, result));
     }
 
     /// Follows a run to its end, answering its confirmations.
@@ -353,8 +294,7 @@ impl Server {
     }
 
     fn send_error(&self, id: &Value, code: i64, message: &str) {
-        self.send(json!({"jsonrpc": "2.0", "id": id,
-                         "error": {"code": code, "message": message}}));
+        self.send(mcp::error_answer(id, code, message));
     }
 }
 

@@ -40,6 +40,7 @@
 //! HTTP gateway ([`crate::gateway`]) is built on this API and nothing else.
 
 mod events;
+pub mod mcp;
 pub mod metrics;
 
 use std::path::{Path, PathBuf};

@@ -17,6 +17,7 @@
 //! | `GET /v1/skills` | API | loaded skills (manifest, version, digest, signer, status, last reload error) and failed files |
 //! | `GET /v1/skills/{name}` | API | one skill |
 //! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
+//! | `POST /mcp` | API | the skills as MCP tools (Streamable HTTP, stateless, JSON answers): `initialize`, `tools/list`, `tools/call` (an invocation; a held write parks it and the result says where to approve) |
 //! | `GET /v1/events` | admin | SSE: `reload`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
@@ -130,6 +131,7 @@ mod cors;
 pub mod errors;
 mod keys;
 mod ledger;
+mod mcp;
 mod openai;
 mod ops;
 mod runs;
@@ -392,6 +394,7 @@ impl Gateway {
             .route("/v1/skills", get(skills::list))
             .route("/v1/skills/{name}", get(skills::get))
             .route("/v1/skills/{name}/invoke", post(skills::invoke))
+            .route("/mcp", post(mcp::message))
             .route_layer(from_fn_with_state(state.clone(), require_api_key));
         let admin = Router::new()
             .route("/v1/events", get(ops::events))

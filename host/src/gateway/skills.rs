@@ -14,7 +14,7 @@ use super::ledger::skill_failed;
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount, RunStart};
-use crate::agent::{AgentError, CallOutcome, SkillOutput};
+use crate::agent::{AgentError, CallOutcome, PendingConfirmation, RunOptions, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill, and every file whose latest content failed to load.
@@ -62,9 +62,20 @@ pub async fn invoke(
     RunStart(options): RunStart,
     ApiJson(input): ApiJson<Value>,
 ) -> Result<Response, ApiError> {
-    let run = match state.host.invoke_with(&name, input, options) {
+    let invocation = start_invocation(&state, &name, input, options)?;
+    finish_invocation(&state, invocation, &mount).await
+}
+
+/// Starts the skill `name` on `input`, its run on record in the ledger.
+pub fn start_invocation(
+    state: &AppState,
+    name: &str,
+    input: Value,
+    options: RunOptions,
+) -> Result<InvokeRun, ApiError> {
+    let run = match state.host.invoke_with(name, input, options) {
         Err(AgentError::UnknownSkill(_)) => {
-            return Err(unknown_skill(&state.host.snapshot(), &name));
+            return Err(unknown_skill(&state.host.snapshot(), name));
         }
         started => started?,
     };
@@ -72,22 +83,48 @@ pub async fn invoke(
     // since then does not change what it reports.
     let skill = run
         .skills()
-        .get(&name)
+        .get(name)
         .map(|loaded| SkillVersion::of(&loaded.component))
         .expect("a skill run starts only on skills that hold it");
-    let invocation = InvokeRun {
+    Ok(InvokeRun {
         run: OwnedRun::new(run, state.ledger.clone()),
         skill,
-    };
-    finish_invocation(&state, invocation, &mount).await
+    })
 }
 
-/// Drives an invocation to its end or its next confirmation.
+/// Drives an invocation to its end or its next confirmation: `200` with
+/// the result, `202` with the pending confirmation.
 pub async fn finish_invocation(
     state: &AppState,
     invocation: InvokeRun,
     mount: &Mount,
 ) -> Result<Response, ApiError> {
+    Ok(match drive_invocation(state, invocation, mount).await? {
+        Invoked::Done(body) => Json(body).into_response(),
+        Invoked::Pending { body, .. } => (StatusCode::ACCEPTED, Json(body)).into_response(),
+    })
+}
+
+/// Where an invocation got to; each with the body the invoke route
+/// answers.
+pub enum Invoked {
+    /// It finished with a result (`body.result`).
+    Done(Value),
+    /// It is parked until `pending` is answered at `answer_path`.
+    Pending {
+        body: Value,
+        pending: Box<PendingConfirmation>,
+        answer_path: String,
+    },
+}
+
+/// Drives an invocation to its end or its next confirmation, parking it
+/// there.
+pub async fn drive_invocation(
+    state: &AppState,
+    invocation: InvokeRun,
+    mount: &Mount,
+) -> Result<Invoked, ApiError> {
     let InvokeRun { mut run, mut skill } = invocation;
     let run_id = run.id().cloned();
     let base = json!({
@@ -107,7 +144,7 @@ pub async fn finish_invocation(
                         body["status"] = json!("done");
                         body["result"] = result;
                         body["usage"] = json!(tally.usage);
-                        Ok(Json(body).into_response())
+                        Ok(Invoked::Done(body))
                     }
                     failed => Err(skill_failed(&failed)),
                 };
@@ -128,7 +165,11 @@ pub async fn finish_invocation(
                         let mut body = base;
                         body["status"] = json!("pending_confirmation");
                         body["confirmation"] = confirmation_json(&pending, &path);
-                        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+                        return Ok(Invoked::Pending {
+                            body,
+                            pending,
+                            answer_path: path,
+                        });
                     }
                 }
             }

@@ -1,0 +1,102 @@
+//! The skills as the tools of an MCP server: the messages `skillhost mcp`
+//! (standard streams) and the gateway's `POST /mcp` (HTTP) both answer
+//! with, so that the two transports describe and run skills alike.
+//!
+//! Each loaded skill is a tool named after it, its parameters the input
+//! schema, marked read-only when every tool it may call only reads; a call
+//! is an invocation ([`SkillHost::invoke`]), whose result is the tool's
+//! structured content (and its text), and whose failure a result marked
+//! `isError` that the client's model can read.
+
+use serde_json::{Value, json};
+
+use super::SkillHost;
+use crate::agent::CallOutcome;
+use crate::tools::Access;
+use crate::tools::mcp::PROTOCOL_VERSIONS;
+
+/// JSON-RPC's error codes.
+pub const PARSE_ERROR: i64 = -32700;
+/// A message that is no request, notification or answer.
+pub const INVALID_REQUEST: i64 = -32600;
+/// A method the server does not offer.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Parameters that do not fit the method: for `tools/call`, an unknown tool.
+pub const INVALID_PARAMS: i64 = -32602;
+
+/// The result of `initialize`: the client's protocol revision when this
+/// host speaks it, else the newest it does; `list_changed` when the
+/// transport can tell the client that the tools changed.
+pub fn initialize_result(params: &Value, list_changed: bool) -> Value {
+    let asked = params.get("protocolVersion").and_then(Value::as_str);
+    let newest = PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.len() - 1];
+    let protocol = asked
+        .filter(|asked| PROTOCOL_VERSIONS.contains(asked))
+        .unwrap_or(newest);
+    json!({
+        "protocolVersion": protocol,
+        "capabilities": {"tools": {"listChanged": list_changed}},
+        "serverInfo": {"name": "skillhost", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// The result of `tools/list`: every loaded skill, in one page.
+pub fn tools_list(host: &SkillHost) -> Value {
+    let registered = host.tools();
+    let reads = |name: &String| {
+        registered
+            .get(name)
+            .is_some_and(|tool| tool.spec().access == Access::Read)
+    };
+    let tools: Vec<Value> = host
+        .snapshot()
+        .skills()
+        .map(|skill| {
+            let manifest = skill.component.manifest();
+            json!({
+                "name": manifest.name.as_str(),
+                "title": format!("{} {}", manifest.name.as_str(), manifest.version),
+                "description": manifest.description,
+                "inputSchema": manifest.parameters,
+                "annotations": {"readOnlyHint": manifest.tools.iter().all(reads)},
+            })
+        })
+        .collect();
+    json!({ "tools": tools })
+}
+
+/// A `tools/call` result: a finished skill's result, or what went wrong.
+pub fn call_result(outcome: CallOutcome) -> Value {
+    match outcome {
+        CallOutcome::Done { result } => {
+            let text = match &result {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            let mut answer = json!({"content": [{"type": "text", "text": text}]});
+            if result.is_object() {
+                answer["structuredContent"] = result;
+            }
+            answer
+        }
+        other => error_result(&other.error_text().unwrap_or_default()),
+    }
+}
+
+/// A `tools/call` result that reports an error to the client's model.
+pub fn error_result(text: &str) -> Value {
+    json!({"content": [{"type": "text", "text": text}], "isError": true})
+}
+
+/// The answer to request `id` with `result`.
+pub fn answer(id: &Value, result: Value) -> Value {
+    let mut answer = json!({"jsonrpc": "2.0", "id": id});
+    answer["result"] = result;
+    answer
+}
+
+/// The answer to request `id` (`null` when it could not be read) with an
+/// error.
+pub fn error_answer(id: &Value, code: i64, message: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
