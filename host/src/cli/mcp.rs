@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
-use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use skillhost::embed::{HostEvent, SkillHost};
 
 use super::{HostArgs, console};
@@ -152,10 +152,13 @@ impl Server {
                     let server = self.clone();
                     calls.spawn(async move { server.answer_call(id, params).await });
                 }
-                (method, Some(id)) => match self.answer(method, &params) {
-                    Ok(result) => self.send(mcp::answer(&id, result)),
-                    Err((code, message)) => self.send_error(&id, code, &message),
-                },
+                (method, Some(id)) => {
+                    if method == "initialize" {
+                        let elicits = params.pointer("/capabilities/elicitation").is_some();
+                        self.client.elicits.store(elicits, Ordering::Relaxed);
+                    }
+                    self.send(mcp::answer_request(&self.host, &id, method, &params, true));
+                }
             }
         }
         // The client is gone: nobody will answer what was asked.
@@ -168,20 +171,6 @@ impl Server {
             let _ = watching.await;
         }
         Ok(())
-    }
-
-    /// The result of a request other than `tools/call`, or its error.
-    fn answer(&self, method: &str, params: &Value) -> Result<Value, (i64, String)> {
-        match method {
-            "initialize" => {
-                let elicits = params.pointer("/capabilities/elicitation").is_some();
-                self.client.elicits.store(elicits, Ordering::Relaxed);
-                Ok(mcp::initialize_result(params, true))
-            }
-            "ping" => Ok(json!({})),
-            "tools/list" => Ok(mcp::tools_list(&self.host)),
-            other => Err((METHOD_NOT_FOUND, format!("no method `{other}`"))),
-        }
     }
 
     /// Runs the skill a `tools/call` names and sends the answer.

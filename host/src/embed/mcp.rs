@@ -15,19 +15,12 @@ use crate::agent::CallOutcome;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 
-/// JSON-RPC's error codes.
-pub const PARSE_ERROR: i64 = -32700;
-/// A message that is no request, notification or answer.
-pub const INVALID_REQUEST: i64 = -32600;
-/// A method the server does not offer.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// Parameters that do not fit the method: for `tools/call`, an unknown tool.
-pub const INVALID_PARAMS: i64 = -32602;
+pub use crate::tools::mcp::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 
 /// The result of `initialize`: the client's protocol revision when this
 /// host speaks it, else the newest it does; `list_changed` when the
 /// transport can tell the client that the tools changed.
-pub fn initialize_result(params: &Value, list_changed: bool) -> Value {
+fn initialize_result(params: &Value, list_changed: bool) -> Value {
     let asked = params.get("protocolVersion").and_then(Value::as_str);
     let newest = PROTOCOL_VERSIONS[PROTOCOL_VERSIONS.len() - 1];
     let protocol = asked
@@ -41,7 +34,7 @@ pub fn initialize_result(params: &Value, list_changed: bool) -> Value {
 }
 
 /// The result of `tools/list`: every loaded skill, in one page.
-pub fn tools_list(host: &SkillHost) -> Value {
+fn tools_list(host: &SkillHost) -> Value {
     let registered = host.tools();
     let reads = |name: &String| {
         registered
@@ -63,6 +56,25 @@ pub fn tools_list(host: &SkillHost) -> Value {
         })
         .collect();
     json!({ "tools": tools })
+}
+
+/// The answer to request `id` of any method but `tools/call`, which runs
+/// a skill and is each transport's own: `initialize` (`list_changed` when
+/// the transport can tell the client that the tools changed), `ping`,
+/// `tools/list`, or an error naming the method.
+pub fn answer_request(
+    host: &SkillHost,
+    id: &Value,
+    method: &str,
+    params: &Value,
+    list_changed: bool,
+) -> Value {
+    match method {
+        "initialize" => answer(id, initialize_result(params, list_changed)),
+        "ping" => answer(id, json!({})),
+        "tools/list" => answer(id, tools_list(host)),
+        other => error_answer(id, METHOD_NOT_FOUND, &format!("no method `{other}`")),
+    }
 }
 
 /// A `tools/call` result: a finished skill's result, or what went wrong.

@@ -27,9 +27,7 @@ use super::openai::pending_text;
 use super::skills::{Invoked, drive_invocation, start_invocation};
 use super::{AppState, Mount, RunStart};
 use crate::agent::{CallOutcome, RunOptions};
-use crate::embed::mcp::{
-    self, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, answer, error_answer,
-};
+use crate::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, answer, error_answer};
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 
 /// Answers one JSON-RPC message.
@@ -64,11 +62,8 @@ pub async fn message(
     };
     let params = message.get("params").cloned().unwrap_or(json!({}));
     let answered = match method {
-        "initialize" => answer(&id, mcp::initialize_result(&params, false)),
-        "ping" => answer(&id, json!({})),
-        "tools/list" => answer(&id, mcp::tools_list(&state.host)),
         "tools/call" => call(&state, &mount, options, &id, &params).await,
-        other => error_answer(&id, METHOD_NOT_FOUND, &format!("no method `{other}`")),
+        other => mcp::answer_request(&state.host, &id, other, &params, false),
     };
     Json(answered).into_response()
 }

@@ -82,8 +82,16 @@ pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-2
 /// would otherwise hold the host's start for ever.
 const MAX_LIST_PAGES: usize = 100;
 
-/// The JSON-RPC error code of invalid parameters.
-const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC's error codes, spoken by this client and by the host's own
+/// MCP server (`crate::embed::mcp`).
+pub const PARSE_ERROR: i64 = -32700;
+/// A message that is no request, notification or answer.
+pub const INVALID_REQUEST: i64 = -32600;
+/// A method the receiver does not offer.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Parameters that do not fit the method: for `tools/call`, an unknown tool
+/// or arguments its schema refuses.
+pub const INVALID_PARAMS: i64 = -32602;
 
 /// One MCP server as declared in configuration: reached at `url`, or
 /// started as `command` and spoken to on its standard input and output.

@@ -19,7 +19,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufR
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::oneshot;
 
-use super::{Failure, Request};
+use super::{Failure, METHOD_NOT_FOUND, Request};
 use crate::tools::http::{MAX_RESPONSE_BYTES, snippet};
 
 /// The variables of the host's environment a server process inherits: to
@@ -32,9 +32,6 @@ const MAX_LOG_LINE: usize = 4096;
 /// How long the reader waits, once the server's output has closed, for
 /// the last of its standard error: the reason it ended.
 const LAST_WORDS_WAIT: Duration = Duration::from_millis(500);
-
-/// The JSON-RPC error code of a method the client does not offer.
-const METHOD_NOT_FOUND: i64 = -32601;
 
 /// How to start a server.
 pub(super) struct Program {
