@@ -27,6 +27,7 @@ use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
+use crate::support::signing::unsigned;
 
 /// A scratch working directory for the binary.
 struct Workdir {
@@ -2543,7 +2544,7 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
         names.sort();
         names
     };
-    let rescanned = "read again";
+    let rescanned = "file(s) changed";
 
     install("inquireOrderStatus.wasm");
     send_signal(&serve, "-HUP").await;
@@ -2568,6 +2569,82 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
         !said.contains("API keys"),
         "no keys file, no keys read: {said}"
     );
+}
+
+/// A key taken out of the trust directory stops trusting what it signed at
+/// the next SIGHUP, without a restart: its skill is unloaded though its file
+/// stays. A trust directory that does not read changes nothing; the key put
+/// back, the skill loads again.
+#[tokio::test]
+async fn serve_reads_its_trust_store_again_at_sighup() {
+    let work = Workdir::new();
+    let mut keygen = work.command(&["keygen", "--out"]);
+    keygen.arg(work.path("alice"));
+    expect_code(&output(&mut keygen).await, 0);
+    let trusted = work.path("trusted");
+    std::fs::create_dir(&trusted).unwrap();
+    let alice_pub = trusted.join("alice.pub");
+    std::fs::copy(work.path("alice.pub"), &alice_pub).unwrap();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    std::fs::copy(
+        bundled().join("processRefund.wasm"),
+        skills.join("processRefund.wasm"),
+    )
+    .unwrap();
+    // Signed by Alice alone.
+    let inquire = skills.join("inquireOrderStatus.wasm");
+    std::fs::write(
+        &inquire,
+        unsigned(&bundled().join("inquireOrderStatus.wasm")),
+    )
+    .unwrap();
+    let mut sign = work.command(&["sign", "--key"]);
+    sign.arg(work.path("alice.key")).arg(&inquire);
+    expect_code(&output(&mut sign).await, 0);
+
+    let mut command =
+        work.host_command(&["serve", "--listen", "127.0.0.1:0", "--no-watch"], &skills);
+    command.arg("--trust").arg(&trusted);
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let status = |name: &'static str| {
+        let request = http.get(format!("{base}/v1/skills/{name}"));
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status("inquireOrderStatus").await, 200);
+    let reread = "trust store read again";
+
+    std::fs::remove_file(&alice_pub).unwrap();
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, reread).await;
+    assert!(
+        said.contains("1 key(s), 0 added, 1 taken out; 1 skill(s) unloaded"),
+        "{said}"
+    );
+    assert_eq!(status("inquireOrderStatus").await, 404);
+    assert_eq!(status("processRefund").await, 200);
+
+    std::fs::write(trusted.join("README"), "keys we trust").unwrap();
+    send_signal(&serve, "-HUP").await;
+    let kept = said_next(&mut stderr, "the keys trusted stay").await;
+    assert!(kept.contains("README"), "{kept}");
+    assert_eq!(status("processRefund").await, 200);
+
+    std::fs::remove_file(trusted.join("README")).unwrap();
+    std::fs::copy(work.path("alice.pub"), &alice_pub).unwrap();
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, reread).await;
+    assert!(
+        said.contains("1 added, 0 taken out; 0 skill(s) unloaded as no longer trusted, 1 loaded"),
+        "{said}"
+    );
+    assert_eq!(status("inquireOrderStatus").await, 200);
 }
 
 /// A build script may sign what it built again: the same key over the same

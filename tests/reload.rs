@@ -18,7 +18,7 @@ use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::registry::MAX_SKILL_FILE_BYTES;
-use skillhost::skills::signature::SignaturePolicy;
+use skillhost::skills::signature::{SignaturePolicy, SigningKey, TrustStore, TrustedKey};
 use skillhost::skills::{
     FailureKind, ReloadEvent, ReloadOutcome, SkillName, SkillRegistry, SkillVersion, WatchHandle,
     watch,
@@ -27,7 +27,7 @@ use skillhost::skills::{
 use skillhost::tools::ToolRegistry;
 
 use crate::support::configmap::ConfigMapVolume;
-use crate::support::fixtures::{DemoHost, fixture};
+use crate::support::fixtures::{DemoHost, fixture, repo_root};
 use crate::support::hand_written::{BARE, HandWritten};
 use crate::support::signing::{demo_policy, signed, unsigned};
 
@@ -1135,4 +1135,155 @@ async fn a_directory_deleted_and_created_again_is_watched_again() {
     assert_eq!(event.outcome, ReloadOutcome::Loaded);
     assert_eq!(event.new, version_of(&v1(), "1.0.0"));
     assert_eq!(watched.answer().await.as_deref(), Some("1.0.0"));
+}
+
+/// A policy trusting exactly `keys`.
+fn trusting(keys: &[&SigningKey]) -> SignaturePolicy {
+    let keys = keys
+        .iter()
+        .map(|key| TrustedKey::new(key.public_key().clone(), "test"));
+    SignaturePolicy::Require(TrustStore::new(keys).unwrap())
+}
+
+/// A bundled skill's component without its demo signature.
+fn bundled_unsigned(name: &str) -> Vec<u8> {
+    unsigned(&repo_root().join(format!("skills/{name}.wasm")))
+}
+
+#[tokio::test]
+async fn a_key_taken_out_of_the_trust_store_unloads_what_it_signed_at_once() {
+    let (alice, bob) = (SigningKey::generate(), SigningKey::generate());
+    let refund = alice.sign(&bundled_unsigned("processRefund")).unwrap();
+    let inquire = bob.sign(&bundled_unsigned("inquireOrderStatus")).unwrap();
+    let mut watched = Watched::start(
+        &[("refund.wasm", &refund), ("inquire.wasm", &inquire)],
+        trusting(&[&alice, &bob]),
+    )
+    .await;
+    let path = watched.path("refund.wasm");
+    assert_eq!(watched.registry.snapshot().len(), 2);
+
+    // Alice's key is revoked: her skill goes, though its file stays.
+    let events = watched.registry.replace_policy(trusting(&[&bob])).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let event = &events[0];
+    assert_eq!(event.path, path);
+    assert_eq!(event.old.as_ref().unwrap().name.as_str(), "processRefund");
+    assert_eq!(event.new, None);
+    let ReloadOutcome::Untrusted { reason } = &event.outcome else {
+        panic!("unloaded as untrusted: {event:?}");
+    };
+    assert!(reason.contains("signed by an unknown key"), "{reason}");
+    assert_eq!(watched.event_for(&path).await.outcome, event.outcome);
+    let snapshot = watched.registry.snapshot();
+    assert!(snapshot.get("processRefund").is_none());
+    assert!(snapshot.get("inquireOrderStatus").is_some());
+    assert_eq!(
+        snapshot.failure_for(&path).unwrap().kind,
+        FailureKind::Signature
+    );
+    // The file did not change: it stays refused.
+    let synced = watched.registry.sync_path(&path).await;
+    assert_eq!(synced.outcome, ReloadOutcome::Unchanged);
+    assert!(watched.registry.get("processRefund").is_none());
+
+    // Trusted again, her skill loads without its file changing.
+    let events = watched
+        .registry
+        .replace_policy(trusting(&[&alice, &bob]))
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].path.as_path(), &events[0].outcome),
+        (path.as_path(), &ReloadOutcome::Loaded)
+    );
+    let snapshot = watched.registry.snapshot();
+    let loaded = snapshot.get("processRefund").unwrap();
+    assert_eq!(loaded.signer, Some(alice.public_key().fingerprint()));
+    assert!(snapshot.failure_for(&path).is_none());
+    // Replacing a policy with the same keys changes nothing.
+    let events = watched
+        .registry
+        .replace_policy(trusting(&[&alice, &bob]))
+        .await;
+    assert!(events.is_empty(), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_skill_signed_by_two_keys_keeps_serving_when_one_is_revoked() {
+    let (alice, bob) = (SigningKey::generate(), SigningKey::generate());
+    let both = bob
+        .sign(&alice.sign(&bundled_unsigned("processRefund")).unwrap())
+        .unwrap();
+    let watched = Watched::start(&[("refund.wasm", &both)], trusting(&[&alice])).await;
+    let signer = |watched: &Watched| {
+        watched
+            .registry
+            .snapshot()
+            .get("processRefund")
+            .unwrap()
+            .signer
+    };
+    assert_eq!(signer(&watched), Some(alice.public_key().fingerprint()));
+
+    let events = watched.registry.replace_policy(trusting(&[&bob])).await;
+    assert!(events.is_empty(), "nothing unloaded: {events:?}");
+    assert_eq!(signer(&watched), Some(bob.public_key().fingerprint()));
+}
+
+#[tokio::test]
+async fn a_revoked_version_whose_file_holds_a_refused_update_goes_and_the_update_loads_once_trusted()
+ {
+    let (alice, bob, carol) = (
+        SigningKey::generate(),
+        SigningKey::generate(),
+        SigningKey::generate(),
+    );
+    let v1 = alice.sign(&unsigned(&fixture("versioned-1"))).unwrap();
+    let mut watched = Watched::start(&[("versioned.wasm", &v1)], trusting(&[&alice])).await;
+    let path = watched.path("versioned.wasm");
+    // An update signed by a key not yet trusted is refused; 1.0.0 serves on.
+    let v2 = carol.sign(&unsigned(&fixture("versioned-2"))).unwrap();
+    watched.rename_over("versioned.wasm", &v2);
+    let refused = watched.event_for(&path).await;
+    assert!(
+        matches!(
+            refused.outcome,
+            ReloadOutcome::Rejected {
+                kind: FailureKind::Signature,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(refused.new.unwrap().version, "1.0.0");
+
+    // Alice revoked: 1.0.0's bytes are gone from the file, and its signer
+    // is no longer trusted, so it goes; the update stays refused.
+    let events = watched.registry.replace_policy(trusting(&[&bob])).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let ReloadOutcome::Untrusted { reason } = &events[0].outcome else {
+        panic!("unloaded as untrusted: {events:?}");
+    };
+    assert!(
+        reason.contains(&format!("key {}", alice.public_key().fingerprint())),
+        "{reason}"
+    );
+    assert_eq!(events[0].old.as_ref().unwrap().version, "1.0.0");
+    let snapshot = watched.registry.snapshot();
+    assert!(snapshot.get("versioned").is_none());
+    assert_eq!(
+        snapshot.failure_for(&path).unwrap().digest.as_deref(),
+        Some(digest_of(&v2).as_str()),
+        "the file's failure is still its update's"
+    );
+
+    // Carol trusted: the update loads.
+    let events = watched
+        .registry
+        .replace_policy(trusting(&[&bob, &carol]))
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].outcome, ReloadOutcome::Loaded);
+    assert_eq!(events[0].new.as_ref().unwrap().version, "2.0.0");
 }

@@ -156,7 +156,7 @@ pub struct VerifyArgs {
 
 /// Which public keys to trust. Flatten it into any command that verifies
 /// skills.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct TrustArgs {
     /// Trusted public keys: a directory of public key files or a single key
     /// file; repeat for several. The default trusts the demo key only.

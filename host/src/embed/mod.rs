@@ -495,6 +495,17 @@ impl SkillHost {
         self.inner.skills.rescan(&self.inner.skills_dir).await
     }
 
+    /// Replaces the signature policy skills are held to — a trust store
+    /// with a key added, rotated or revoked — without a restart
+    /// ([`SkillRegistry::replace_policy`]): a skill whose signer the new
+    /// store no longer trusts is unloaded now, and a file refused for an
+    /// unknown key loads once its key is trusted. Runs under way finish on
+    /// the version they started with. What changed reaches subscribers as
+    /// reload events too.
+    pub async fn replace_signature_policy(&self, policy: SignaturePolicy) -> Vec<ReloadEvent> {
+        self.inner.skills.replace_policy(policy).await
+    }
+
     /// The tools.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         self.inner.skills.tools()

@@ -263,6 +263,15 @@ enum FileError {
     Load(#[from] LoadError),
     #[error("skill name `{name}` is already taken by {}", holder.display())]
     NameTaken { name: SkillName, holder: PathBuf },
+    /// The version serving, whose bytes the file no longer holds, was
+    /// signed by a key the signature policy no longer trusts (or loaded
+    /// unchecked, and the policy now checks).
+    #[error("{}", match signer {
+        Some(signer) => format!("signature refused: its signer, key {signer}, is no longer trusted"),
+        None => "signature refused: it was loaded without a signature check, and signatures are \
+                 now required".to_owned(),
+    })]
+    SignerUntrusted { signer: Option<Fingerprint> },
 }
 
 /// A refused signature check, said as what is wrong with the file: a file
@@ -281,7 +290,7 @@ impl FileError {
         match self {
             Self::Read(_) | Self::NotAFile(_) => FailureKind::Read,
             Self::TooLarge { .. } => FailureKind::TooLarge,
-            Self::Signature(_) => FailureKind::Signature,
+            Self::Signature(_) | Self::SignerUntrusted { .. } => FailureKind::Signature,
             Self::Load(error) => error.into(),
             Self::NameTaken { .. } => FailureKind::NameTaken,
         }
@@ -429,8 +438,13 @@ impl SkillSnapshot {
 
     /// Gives each name `before` held and this snapshot no longer holds to
     /// the first file (still there) whose content was refused only for
-    /// that name, in the same swap that frees it; returns their events.
-    fn take_over_freed_names(&mut self, before: &SkillSnapshot) -> Vec<ReloadEvent> {
+    /// that name, and whose signer `policy` trusts, in the same swap that
+    /// frees it; returns their events.
+    fn take_over_freed_names(
+        &mut self,
+        before: &SkillSnapshot,
+        policy: &SignaturePolicy,
+    ) -> Vec<ReloadEvent> {
         let mut events = Vec::new();
         // Taking a name over may free the name the contender's file held.
         while let Some(contender) = before
@@ -439,8 +453,13 @@ impl SkillSnapshot {
             .filter(|name| !self.skills.contains_key(*name))
             .find_map(|name| {
                 self.contesting(name)
-                    .find(|path| matches!(path.try_exists(), Ok(true)))
-                    .and_then(|path| self.failures.get(path)?.contender.clone())
+                    .filter(|path| matches!(path.try_exists(), Ok(true)))
+                    .find_map(|path| {
+                        let contender = self.failures.get(path)?.contender.as_ref()?;
+                        policy
+                            .trusts_signer(contender.0.signer.as_ref())
+                            .then(|| contender.clone())
+                    })
             })
         {
             let Contender(skill) = contender;
@@ -529,6 +548,13 @@ pub enum ReloadOutcome {
         /// Why, in words.
         reason: String,
     },
+    /// The signature policy was replaced ([`SkillRegistry::replace_policy`])
+    /// and no longer accepts the version serving, `old`: its key was taken
+    /// out of the trust store. The skill is unloaded, though its file stays.
+    Untrusted {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// A path as text, bytes that are not UTF-8 replaced: serde refuses such a
@@ -586,7 +612,8 @@ const EVENT_BUFFER: usize = 256;
 struct Loader {
     runtime: Runtime,
     tools: Arc<ToolRegistry>,
-    policy: Arc<SignaturePolicy>,
+    /// Replaced whole by [`SkillRegistry::replace_policy`].
+    policy: ArcSwap<SignaturePolicy>,
     /// [`LOADING_BUDGET_BYTES`] in [`BUDGET_UNIT_BYTES`].
     budget: Arc<Semaphore>,
 }
@@ -615,10 +642,21 @@ impl Loader {
         (read_skill_file(path).await, share)
     }
 
-    async fn load(&self, path: &Path, file: SkillFile) -> Result<LoadedSkill, FileError> {
+    /// The signature policy files are checked against now.
+    fn policy(&self) -> Arc<SignaturePolicy> {
+        self.policy.load_full()
+    }
+
+    /// Loads `file`, its signature checked against `policy`.
+    async fn load(
+        &self,
+        policy: &Arc<SignaturePolicy>,
+        path: &Path,
+        file: SkillFile,
+    ) -> Result<LoadedSkill, FileError> {
         // Verification reads only the bytes, so it happens before any of
         // them reach the compiler.
-        let (bytes, signer) = self.verify(path, file.bytes).await?;
+        let (bytes, signer) = verify(policy.clone(), path, file.bytes).await?;
         let component = compile(&self.runtime, bytes).await?;
         let component =
             SkillComponent::from_component(&self.runtime, &component, file.digest, &self.tools)
@@ -630,38 +668,38 @@ impl Loader {
         })
     }
 
-    /// Checks `bytes` against the signature policy off the async executor
-    /// (a hash of up to [`MAX_SKILL_FILE_BYTES`], then an Ed25519 check per
-    /// signature and trusted key); gives them back with their signer.
-    async fn verify(
-        &self,
-        path: &Path,
-        bytes: Vec<u8>,
-    ) -> Result<(Vec<u8>, Option<Fingerprint>), FileError> {
-        let (policy, path) = (self.policy.clone(), path.to_owned());
-        tokio::task::spawn_blocking(move || match policy.check(&path, &bytes) {
-            Ok(Verification::Verified(verified)) => Ok((bytes, Some(verified.signer))),
-            Ok(Verification::Unverified) => Ok((bytes, None)),
-            Err(error) => Err(FileError::Signature(error)),
-        })
-        .await
-        // A panic in the check (a parser bug on hostile bytes) refuses the
-        // file rather than ending the sync, and with it hot reload.
-        .unwrap_or_else(|panic| {
-            Err(FileError::Signature(SignatureError::Malformed(format!(
-                "the signature check failed on this file ({panic})"
-            ))))
-        })
-    }
-
     async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
         let (file, _share) = self.read(path).await;
         let file = file.map_err(|error| error.into_failure(path, None))?;
         let digest = file.digest.clone();
-        self.load(path, file)
+        self.load(&self.policy(), path, file)
             .await
             .map_err(|error| error.into_failure(path, Some(digest)))
     }
+}
+
+/// Checks `bytes` against `policy` off the async executor (a hash of up to
+/// [`MAX_SKILL_FILE_BYTES`], then an Ed25519 check per signature and trusted
+/// key); gives them back with their signer.
+async fn verify(
+    policy: Arc<SignaturePolicy>,
+    path: &Path,
+    bytes: Vec<u8>,
+) -> Result<(Vec<u8>, Option<Fingerprint>), FileError> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || match policy.check(&path, &bytes) {
+        Ok(Verification::Verified(verified)) => Ok((bytes, Some(verified.signer))),
+        Ok(Verification::Unverified) => Ok((bytes, None)),
+        Err(error) => Err(FileError::Signature(error)),
+    })
+    .await
+    // A panic in the check (a parser bug on hostile bytes) refuses the
+    // file rather than ending the sync, and with it hot reload.
+    .unwrap_or_else(|panic| {
+        Err(FileError::Signature(SignatureError::Malformed(format!(
+            "the signature check failed on this file ({panic})"
+        ))))
+    })
 }
 
 /// One lock per file being synced, so that syncs of one file never overlap
@@ -725,6 +763,8 @@ pub struct SkillRegistry {
     current: ArcSwap<SkillSnapshot>,
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
+    /// Serializes [`SkillRegistry::replace_policy`] calls.
+    replacing_policy: Mutex<()>,
     syncing: FileLocks,
     events: broadcast::Sender<ReloadEvent>,
 }
@@ -736,11 +776,12 @@ impl SkillRegistry {
             loader: Loader {
                 runtime,
                 tools,
-                policy: Arc::new(policy),
+                policy: ArcSwap::from_pointee(policy),
                 budget: Arc::new(Semaphore::new(budget_units(LOADING_BUDGET_BYTES) as usize)),
             },
             current: ArcSwap::from_pointee(SkillSnapshot::default()),
             writer: Mutex::new(()),
+            replacing_policy: Mutex::new(()),
             syncing: FileLocks::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
         }
@@ -830,6 +871,11 @@ impl SkillRegistry {
         &self.loader.runtime
     }
 
+    /// The signature policy files are held to now.
+    pub fn policy(&self) -> Arc<SignaturePolicy> {
+        self.loader.policy()
+    }
+
     /// The tools skills may call.
     pub fn tools(&self) -> &Arc<ToolRegistry> {
         &self.loader.tools
@@ -847,12 +893,18 @@ impl SkillRegistry {
     /// broadcast.
     pub async fn sync_path(&self, path: &Path) -> ReloadEvent {
         let path = &file_key(path);
-        let (event, mut waiting) = self.sync_file(path).await;
+        let (event, waiting) = self.sync_file(path).await;
+        self.sync_waiting(waiting).await;
+        event
+    }
+
+    /// Syncs the files waiting for a skill name a change freed, and those
+    /// their syncs free in turn.
+    async fn sync_waiting(&self, mut waiting: Vec<PathBuf>) {
         while !waiting.is_empty() {
             let next = waiting.remove(0);
             waiting.extend(self.sync_file(&next).await.1);
         }
-        event
     }
 
     /// Brings the registry in line with `dir` as it is now, one file at a
@@ -880,6 +932,89 @@ impl SkillRegistry {
         Ok(events)
     }
 
+    /// Replaces the signature policy — a trust store with a key added,
+    /// rotated or revoked — and holds every file the registry knows to it at
+    /// once, without waiting for the files to change:
+    ///
+    /// - a skill whose file still holds the content serving has that
+    ///   content's signature checked again; when the check fails, the skill
+    ///   is unloaded ([`ReloadOutcome::Untrusted`]) and the file stays
+    ///   refused until its content or the policy changes;
+    /// - a skill whose file holds other content (an update that was
+    ///   refused, or the file cannot be read) keeps serving only while the
+    ///   policy trusts the key that signed it;
+    /// - content refused for its signature, or for a name another file
+    ///   held, is tried again, and loads when the policy accepts it now.
+    ///
+    /// The directory is not listed again: files the registry has not seen
+    /// are for a sync or a rescan. A load under way as the policy changes
+    /// checks its content again under the new one before it installs.
+    /// Returns what changed in the files checked, each also broadcast;
+    /// what those changes set off elsewhere (a freed name taken over) is
+    /// broadcast only.
+    pub async fn replace_policy(&self, policy: SignaturePolicy) -> Vec<ReloadEvent> {
+        let _replacing = self.replacing_policy.lock().await;
+        {
+            let _writer = self.writer.lock().await;
+            self.loader.policy.store(Arc::new(policy));
+        }
+        let mut events = Vec::new();
+        for path in self.and_known_files(Vec::new()) {
+            let (changes, waiting) = self.recheck_file(&path).await;
+            events.extend(changes);
+            self.sync_waiting(waiting).await;
+        }
+        events
+    }
+
+    /// Holds the file `path` to the policy [`Self::replace_policy`] just put
+    /// in place; returns the changes, and the files waiting for a name they
+    /// freed.
+    async fn recheck_file(&self, path: &Path) -> (Vec<ReloadEvent>, Vec<PathBuf>) {
+        let lock = self.syncing.of(path);
+        let _syncing = lock.acquire().await;
+        let (file, _share) = self.loader.read(path).await;
+        let mut file = file.ok();
+        let policy = self.loader.policy();
+        let current = self.snapshot();
+        let (mut events, mut waiting) = (Vec::new(), Vec::new());
+        if let Some(serving) = current.skill_at(path) {
+            let serving_digest = serving.component.digest();
+            let verdict = match file.take_if(|file| file.digest == serving_digest) {
+                Some(same) => verify(policy.clone(), path, same.bytes)
+                    .await
+                    .map(|(_, signer)| signer),
+                // Its bytes are no longer at hand: its signer decides.
+                None if policy.trusts_signer(serving.signer.as_ref()) => Ok(serving.signer),
+                None => Err(FileError::SignerUntrusted {
+                    signer: serving.signer,
+                }),
+            };
+            let writer = self.writer.lock().await;
+            match verdict {
+                Ok(signer) if signer == serving.signer => {}
+                Ok(signer) => waiting.extend(self.resign(writer, path, signer)),
+                Err(error) => {
+                    let digest = serving_digest.to_owned();
+                    let (event, freed) = self.withdraw(writer, path, error, digest);
+                    events.push(event);
+                    waiting.extend(freed);
+                }
+            }
+        }
+        let refused = file.and_then(|file| {
+            let failure = current.failure_for(path)?;
+            (failure.digest.as_deref() == Some(file.digest.as_str())).then_some((file, failure))
+        });
+        if let Some((file, failure)) = refused
+            && let Some((event, freed)) = self.retry_refused(path, file, failure, policy).await
+        {
+            events.push(event);
+            waiting.extend(freed);
+        }
+        (events, waiting)
+    }
+
     /// `listed` with every file the registry holds a skill or a refusal of
     /// (those may be gone), sorted, each once: the files a rescan syncs.
     pub(crate) fn and_known_files(&self, mut listed: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -896,46 +1031,61 @@ impl SkillRegistry {
     async fn sync_file(&self, path: &Path) -> (ReloadEvent, Vec<PathBuf>) {
         let lock = self.syncing.of(path);
         let _syncing = lock.acquire().await;
-        let (file, _share) = self.loader.read(path).await;
-        let file = match file {
-            Ok(file) => file,
-            Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
-                return self.unload(path).await;
-            }
-            Err(error) => return self.reject(path, error, None).await,
-        };
-        let current = self.snapshot();
-        if current.is_settled(path, &file.digest) {
-            let serving = current
-                .skill_at(path)
-                .map(|skill| SkillVersion::of(&skill.component));
-            let event = ReloadEvent {
-                path: path.to_owned(),
-                old: serving.clone(),
-                new: serving,
-                outcome: ReloadOutcome::Unchanged,
+        loop {
+            let (file, _share) = self.loader.read(path).await;
+            let file = match file {
+                Ok(file) => file,
+                Err(FileError::Read(error)) if error.kind() == std::io::ErrorKind::NotFound => {
+                    return self.unload(path).await;
+                }
+                Err(error) => return self.reject(self.writer.lock().await, path, error, None),
             };
-            return (event, Vec::new());
-        }
-        if current
-            .skill_at(path)
-            .is_some_and(|skill| skill.component.digest() == file.digest)
-        {
-            // The loaded content is back (e.g. a half-written update was
-            // completed with the old content): only the failure goes.
-            return self.clear_failure(path).await;
-        }
-        // Verify and compile outside the writer lock: a slow compile must
-        // not hold up changes to other files.
-        let digest = file.digest.clone();
-        match self.loader.load(path, file).await {
-            Ok(skill) => self.install(skill).await,
-            Err(error) => self.reject(path, error, Some(digest)).await,
+            let current = self.snapshot();
+            if current.is_settled(path, &file.digest) {
+                return (unchanged(path, current.skill_at(path)), Vec::new());
+            }
+            if current
+                .skill_at(path)
+                .is_some_and(|skill| skill.component.digest() == file.digest)
+            {
+                // The loaded content is back (e.g. a half-written update was
+                // completed with the old content): only the failure goes.
+                return self.clear_failure(path).await;
+            }
+            if let Some(done) = self.load_content(path, file).await {
+                return done;
+            }
         }
     }
 
-    async fn install(&self, skill: LoadedSkill) -> (ReloadEvent, Vec<PathBuf>) {
+    /// Loads `file`, the content of `path`, and installs or refuses it;
+    /// `None` when the signature policy was replaced meanwhile, so that the
+    /// content must be checked again under the new one. Verifying and
+    /// compiling run outside the writer lock: a slow compile must not hold
+    /// up changes to other files.
+    async fn load_content(
+        &self,
+        path: &Path,
+        file: SkillFile,
+    ) -> Option<(ReloadEvent, Vec<PathBuf>)> {
+        let policy = self.loader.policy();
+        let digest = file.digest.clone();
+        let loaded = self.loader.load(&policy, path, file).await;
         let writer = self.writer.lock().await;
+        if !Arc::ptr_eq(&policy, &self.loader.policy.load()) {
+            return None;
+        }
+        Some(match loaded {
+            Ok(skill) => self.install(writer, skill),
+            Err(error) => self.reject(writer, path, error, Some(digest)),
+        })
+    }
+
+    fn install(
+        &self,
+        writer: MutexGuard<'_, ()>,
+        skill: LoadedSkill,
+    ) -> (ReloadEvent, Vec<PathBuf>) {
         let mut next = SkillSnapshot::clone(&self.current.load());
         let path = skill.path.clone();
         let mut events = Vec::new();
@@ -985,13 +1135,13 @@ impl SkillRegistry {
         (event, self.commit(writer, next, &events))
     }
 
-    async fn reject(
+    fn reject(
         &self,
+        writer: MutexGuard<'_, ()>,
         path: &Path,
         error: FileError,
         digest: Option<String>,
     ) -> (ReloadEvent, Vec<PathBuf>) {
-        let writer = self.writer.lock().await;
         let mut next = SkillSnapshot::clone(&self.current.load());
         let serving = next
             .skill_at(path)
@@ -1004,6 +1154,90 @@ impl SkillRegistry {
             outcome: rejected(&failure),
         };
         next.fail(failure);
+        let waiting = self.commit(writer, next, std::slice::from_ref(&event));
+        (event, waiting)
+    }
+
+    /// Tries the content `file` of `path`, refused as `failure`, under the
+    /// new `policy`: content refused for its signature loads if it passes
+    /// now; content refused only for its name, kept to take the name over,
+    /// is refused for its signature if it no longer passes. `None` when
+    /// nothing changed.
+    async fn retry_refused(
+        &self,
+        path: &Path,
+        file: SkillFile,
+        failure: &LoadFailure,
+        policy: Arc<SignaturePolicy>,
+    ) -> Option<(ReloadEvent, Vec<PathBuf>)> {
+        let kept_signer = match (&failure.kind, &failure.contender) {
+            (FailureKind::Signature, _) => None,
+            (FailureKind::NameTaken, Some(Contender(skill))) => Some(skill.signer),
+            _ => return None,
+        };
+        let SkillFile { bytes, digest } = file;
+        match (verify(policy, path, bytes).await, kept_signer) {
+            // Still refused for its signature: as it was.
+            (Err(_), None) => None,
+            (Err(error), Some(_)) => {
+                let writer = self.writer.lock().await;
+                Some(self.reject(writer, path, error, Some(digest)))
+            }
+            // Passes as the contender it is, signed by the same key.
+            (Ok((_, signer)), Some(kept)) if signer == kept => None,
+            (Ok((bytes, _)), _) => self.load_content(path, SkillFile { bytes, digest }).await,
+        }
+    }
+
+    /// Records `signer` as the key that signed the skill serving from
+    /// `path` (the same content, signed by several keys, passes a new trust
+    /// store by another of them).
+    fn resign(
+        &self,
+        writer: MutexGuard<'_, ()>,
+        path: &Path,
+        signer: Option<Fingerprint>,
+    ) -> Vec<PathBuf> {
+        let mut next = SkillSnapshot::clone(&self.current.load());
+        if let Some(name) = next.by_path.get(path)
+            && let Some(skill) = next.skills.get_mut(name)
+        {
+            skill.signer = signer;
+        }
+        self.commit(writer, next, &[])
+    }
+
+    /// Unloads the skill serving from `path`, whose content (`digest`) the
+    /// signature policy no longer accepts (`error`). That refusal becomes
+    /// the file's failure, unless the file holds other content that already
+    /// has one.
+    fn withdraw(
+        &self,
+        writer: MutexGuard<'_, ()>,
+        path: &Path,
+        error: FileError,
+        digest: String,
+    ) -> (ReloadEvent, Vec<PathBuf>) {
+        let mut next = SkillSnapshot::clone(&self.current.load());
+        let old = next
+            .remove(path)
+            .map(|skill| SkillVersion::of(&skill.component));
+        let failure = error.into_failure(path, Some(digest));
+        let event = ReloadEvent {
+            path: path.to_owned(),
+            old,
+            new: None,
+            outcome: ReloadOutcome::Untrusted {
+                reason: failure.reason.clone(),
+            },
+        };
+        let holds_other_refused_content = next
+            .failures
+            .get(path)
+            .is_some_and(|held| held.digest != failure.digest);
+        if !holds_other_refused_content {
+            next.fail(failure);
+        }
         let waiting = self.commit(writer, next, std::slice::from_ref(&event));
         (event, waiting)
     }
@@ -1061,7 +1295,7 @@ impl SkillRegistry {
         mut next: SkillSnapshot,
         events: &[ReloadEvent],
     ) -> Vec<PathBuf> {
-        let taken_over = next.take_over_freed_names(&self.current.load());
+        let taken_over = next.take_over_freed_names(&self.current.load(), &self.loader.policy());
         let before = self.current.swap(Arc::new(next));
         let after = self.current.load();
         let waiting = before
@@ -1081,6 +1315,9 @@ impl SkillRegistry {
             ReloadOutcome::Rejected { reason, .. } => {
                 tracing::warn!(path = %event.path.display(), %reason, serving = logged(event.new.as_ref()), "skill update refused")
             }
+            ReloadOutcome::Untrusted { reason } => {
+                tracing::warn!(path = %event.path.display(), %reason, old = logged(event.old.as_ref()), "skill unloaded: the signature policy no longer accepts it")
+            }
             outcome => {
                 tracing::info!(path = %event.path.display(), ?outcome, old = logged(event.old.as_ref()), new = logged(event.new.as_ref()), "skills reloaded")
             }
@@ -1094,6 +1331,18 @@ fn rejected(failure: &LoadFailure) -> ReloadOutcome {
     ReloadOutcome::Rejected {
         kind: failure.kind,
         reason: failure.reason.clone(),
+    }
+}
+
+/// What a sync that changed nothing at `path` reports; `serving` is the
+/// skill served from it, if any.
+fn unchanged(path: &Path, serving: Option<&LoadedSkill>) -> ReloadEvent {
+    let serving = serving.map(|skill| SkillVersion::of(&skill.component));
+    ReloadEvent {
+        path: path.to_owned(),
+        old: serving.clone(),
+        new: serving,
+        outcome: ReloadOutcome::Unchanged,
     }
 }
 

@@ -181,6 +181,20 @@ impl SignaturePolicy {
             }
         }
     }
+
+    /// Whether a file this policy would check again passes for its signer
+    /// alone: `signer`, a trusted key of the store (`None`, a file loaded
+    /// without a check, passes only [`SignaturePolicy::AllowUnsigned`]).
+    /// For content whose bytes are no longer at hand; a signer a new store
+    /// no longer holds is not trusted, whatever other signatures the bytes
+    /// carried.
+    pub fn trusts_signer(&self, signer: Option<&Fingerprint>) -> bool {
+        match self {
+            Self::Require(store) => signer
+                .is_some_and(|signer| store.keys().iter().any(|key| key.fingerprint() == *signer)),
+            Self::AllowUnsigned => true,
+        }
+    }
 }
 
 #[cfg(test)]
