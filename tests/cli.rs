@@ -1922,6 +1922,39 @@ async fn mcp_serves_the_skills_as_tools_and_tells_the_client_when_they_change() 
     assert!(status.success());
 }
 
+/// The trust store is followed as the skills are: a key taken out unloads
+/// what it alone signed, and the client is told the list changed.
+#[tokio::test]
+async fn mcp_follows_its_trust_directory_when_it_changes() {
+    let work = Workdir::new();
+    let alice = AliceTrusted::set_up(&work).await;
+    let command = alice.command(&work, &["mcp"]);
+    let (_child, mut peer) = McpPeer::start(command);
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "1"}}});
+    peer.exchange(initialize).await;
+    peer.exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let listed = peer.exchange(list.clone()).await;
+    assert_eq!(
+        listed["result"]["tools"].as_array().unwrap().len(),
+        2,
+        "{listed}"
+    );
+
+    std::fs::remove_file(&alice.alice_pub).unwrap();
+    assert_eq!(
+        peer.next().await["method"],
+        "notifications/tools/list_changed"
+    );
+    let listed = peer.exchange(list).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{listed}");
+    assert_eq!(tools[0]["name"], "processRefund");
+}
+
 /// Without --yes, a client that can ask its user (`elicitation`) is asked
 /// to approve the write; its user's yes lets the refund through. Unless
 /// the policy names who may approve: then nobody is asked.
@@ -2571,6 +2604,52 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
     );
 }
 
+/// A skills directory in `work` holding processRefund, signed with the demo
+/// key, and inquireOrderStatus signed by Alice's key alone, which a trust
+/// directory of its own holds.
+struct AliceTrusted {
+    skills: PathBuf,
+    /// Trusted beside `keys/trusted`.
+    trusted: PathBuf,
+    /// Alice's public key in `trusted`; `work`'s `alice.pub` is a copy.
+    alice_pub: PathBuf,
+}
+
+impl AliceTrusted {
+    async fn set_up(work: &Workdir) -> Self {
+        let mut keygen = work.command(&["keygen", "--out"]);
+        keygen.arg(work.path("alice"));
+        expect_code(&output(&mut keygen).await, 0);
+        let trusted = work.path("trusted");
+        std::fs::create_dir(&trusted).unwrap();
+        let alice_pub = trusted.join("alice.pub");
+        std::fs::copy(work.path("alice.pub"), &alice_pub).unwrap();
+        let skills = work.path("skills");
+        std::fs::create_dir(&skills).unwrap();
+        let refund = "processRefund.wasm";
+        std::fs::copy(bundled().join(refund), skills.join(refund)).unwrap();
+        let inquire = skills.join("inquireOrderStatus.wasm");
+        let bytes = unsigned(&bundled().join("inquireOrderStatus.wasm"));
+        std::fs::write(&inquire, bytes).unwrap();
+        let mut sign = work.command(&["sign", "--key"]);
+        sign.arg(work.path("alice.key")).arg(&inquire);
+        expect_code(&output(&mut sign).await, 0);
+        Self {
+            skills,
+            trusted,
+            alice_pub,
+        }
+    }
+
+    /// `skillhost <args>` on these skills, trusting Alice's key beside the
+    /// demo key.
+    fn command(&self, work: &Workdir, args: &[&str]) -> Command {
+        let mut command = work.host_command(args, &self.skills);
+        command.arg("--trust").arg(&self.trusted);
+        command
+    }
+}
+
 /// A key taken out of the trust directory stops trusting what it signed at
 /// the next SIGHUP, without a restart: its skill is unloaded though its file
 /// stays. A trust directory that does not read changes nothing; the key put
@@ -2578,34 +2657,8 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
 #[tokio::test]
 async fn serve_reads_its_trust_store_again_at_sighup() {
     let work = Workdir::new();
-    let mut keygen = work.command(&["keygen", "--out"]);
-    keygen.arg(work.path("alice"));
-    expect_code(&output(&mut keygen).await, 0);
-    let trusted = work.path("trusted");
-    std::fs::create_dir(&trusted).unwrap();
-    let alice_pub = trusted.join("alice.pub");
-    std::fs::copy(work.path("alice.pub"), &alice_pub).unwrap();
-    let skills = work.path("skills");
-    std::fs::create_dir(&skills).unwrap();
-    std::fs::copy(
-        bundled().join("processRefund.wasm"),
-        skills.join("processRefund.wasm"),
-    )
-    .unwrap();
-    // Signed by Alice alone.
-    let inquire = skills.join("inquireOrderStatus.wasm");
-    std::fs::write(
-        &inquire,
-        unsigned(&bundled().join("inquireOrderStatus.wasm")),
-    )
-    .unwrap();
-    let mut sign = work.command(&["sign", "--key"]);
-    sign.arg(work.path("alice.key")).arg(&inquire);
-    expect_code(&output(&mut sign).await, 0);
-
-    let mut command =
-        work.host_command(&["serve", "--listen", "127.0.0.1:0", "--no-watch"], &skills);
-    command.arg("--trust").arg(&trusted);
+    let alice = AliceTrusted::set_up(&work).await;
+    let command = alice.command(&work, &["serve", "--listen", "127.0.0.1:0", "--no-watch"]);
     let Serving {
         child: serve,
         base,
@@ -2620,7 +2673,7 @@ async fn serve_reads_its_trust_store_again_at_sighup() {
     assert_eq!(status("inquireOrderStatus").await, 200);
     let reread = "trust store read again";
 
-    std::fs::remove_file(&alice_pub).unwrap();
+    std::fs::remove_file(&alice.alice_pub).unwrap();
     send_signal(&serve, "-HUP").await;
     let said = said_next(&mut stderr, reread).await;
     assert!(
@@ -2630,14 +2683,14 @@ async fn serve_reads_its_trust_store_again_at_sighup() {
     assert_eq!(status("inquireOrderStatus").await, 404);
     assert_eq!(status("processRefund").await, 200);
 
-    std::fs::write(trusted.join("README"), "keys we trust").unwrap();
+    std::fs::write(alice.trusted.join("README"), "keys we trust").unwrap();
     send_signal(&serve, "-HUP").await;
     let kept = said_next(&mut stderr, "the keys trusted stay").await;
     assert!(kept.contains("README"), "{kept}");
     assert_eq!(status("processRefund").await, 200);
 
-    std::fs::remove_file(trusted.join("README")).unwrap();
-    std::fs::copy(work.path("alice.pub"), &alice_pub).unwrap();
+    std::fs::remove_file(alice.trusted.join("README")).unwrap();
+    std::fs::copy(work.path("alice.pub"), &alice.alice_pub).unwrap();
     send_signal(&serve, "-HUP").await;
     let said = said_next(&mut stderr, reread).await;
     assert!(
@@ -2645,6 +2698,43 @@ async fn serve_reads_its_trust_store_again_at_sighup() {
         "{said}"
     );
     assert_eq!(status("inquireOrderStatus").await, 200);
+}
+
+/// With hot reload, the trust directory is followed like the skills: a key
+/// file deleted stops trusting what it signed without a signal, and put
+/// back, trusts it again.
+#[tokio::test]
+async fn serve_follows_its_trust_directory_when_it_changes() {
+    let work = Workdir::new();
+    let alice = AliceTrusted::set_up(&work).await;
+    let command = alice.command(&work, &["serve", "--listen", "127.0.0.1:0"]);
+    let Serving {
+        child: _serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let status = || async {
+        reqwest::get(format!("{base}/v1/skills/inquireOrderStatus"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(status().await, 200);
+
+    std::fs::remove_file(&alice.alice_pub).unwrap();
+    let said = said_next(&mut stderr, "trust store read again").await;
+    assert!(said.contains("1 taken out; 1 skill(s) unloaded"), "{said}");
+    assert_eq!(status().await, 404);
+
+    std::fs::copy(work.path("alice.pub"), &alice.alice_pub).unwrap();
+    let said = said_next(&mut stderr, "trust store read again").await;
+    assert!(
+        said.contains("1 added, 0 taken out; 0 skill(s) unloaded as no longer trusted, 1 loaded"),
+        "{said}"
+    );
+    assert_eq!(status().await, 200);
 }
 
 /// A build script may sign what it built again: the same key over the same

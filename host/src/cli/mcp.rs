@@ -2,7 +2,7 @@
 //! standard input and output, so that an MCP client (an IDE's agent, a
 //! desktop assistant) runs signed skills in the sandbox; the tools and
 //! results are those of `skillhost::embed::mcp`, as at the gateway's
-//! `/mcp`. Skill files are watched: the client is told
+//! `/mcp`. Skill files and the trust store are watched: the client is told
 //! (`notifications/tools/list_changed`) when the list changes.
 //!
 //! Standard output carries the protocol only; logs and progress go to
@@ -28,6 +28,7 @@ use skillhost::agent::{
 use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 use skillhost::embed::{HostEvent, SkillHost};
 
+use super::trust::{self, Trust};
 use super::{HostArgs, console};
 
 #[derive(Debug, clap::Args)]
@@ -37,7 +38,7 @@ pub struct McpArgs {
     /// they are rejected otherwise (the skill is told).
     #[arg(long)]
     yes: bool,
-    /// Do not watch the skills directory.
+    /// Do not watch the skills directory and the trust store.
     #[arg(long)]
     no_watch: bool,
     #[command(flatten)]
@@ -46,10 +47,18 @@ pub struct McpArgs {
 
 pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
+    // Before the store is read: a change made meanwhile is then followed.
+    let trust_seen = trust::contents(args.host.trust.paths());
     let settings = super::HostSettings::read(&args.host, &file, file.agent_config(None))?;
     super::serve::report_trust(&settings.policy);
     let host = settings.start(&args.host, &file, !args.no_watch).await?;
     super::report_skills(&host, !args.no_watch, &file);
+    // Held while serving: dropping it ends the watch.
+    let _trust_watcher = if args.no_watch || args.host.allow_unsigned {
+        None
+    } else {
+        Some(Trust::new(host.clone(), args.host.trust.clone()).watch(trust_seen)?)
+    };
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),
         Err(why) => console::say(&format!("no LLM: skills without steps fail ({why})")),

@@ -5,6 +5,7 @@ mod ask;
 mod chat;
 mod config;
 mod console;
+mod follow;
 mod inspect;
 mod mcp;
 mod pack;
@@ -14,6 +15,7 @@ mod sign;
 mod skills;
 mod test;
 mod trace;
+mod trust;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

@@ -170,6 +170,11 @@ pub struct TrustArgs {
 }
 
 impl TrustArgs {
+    /// The key files and directories given.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
     /// Loads the trust store; no keys at all is an error.
     /// Warns of each key file that repeats another's key (deleting one would
     /// not revoke it) and of each key file or directory others may change.

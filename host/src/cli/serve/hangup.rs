@@ -4,25 +4,23 @@
 //! changes hot reload did not report, or a gateway serving without it) and
 //! the API keys file, when there is one.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use skillhost::embed::SkillHost;
 use skillhost::gateway::Gateway;
 use skillhost::skills::ReloadOutcome;
-use skillhost::skills::signature::{Fingerprint, SignaturePolicy};
 
-use super::{keys, report_trust};
+use super::keys;
 use crate::cli::console;
-use crate::cli::sign::TrustArgs;
+use crate::cli::trust::Trust;
 
-/// Listens for SIGHUP from now on; each one reads the trust store of
-/// `trust` again (`None` under `--allow-unsigned`), rescans the skills
+/// Listens for SIGHUP from now on; each one reads the trust store again
+/// (`trust`; `None` under `--allow-unsigned`), rescans the skills
 /// directory, then reads `keys_file` again (with `given`, the `--api-key`
 /// keys, first as at the start).
 pub(super) fn reload_on_hangup(
     gateway: Gateway,
-    trust: Option<TrustArgs>,
+    trust: Option<Trust>,
     given: Vec<String>,
     keys_file: Option<PathBuf>,
 ) -> std::io::Result<()> {
@@ -31,7 +29,7 @@ pub(super) fn reload_on_hangup(
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             if let Some(trust) = &trust {
-                reload_trust(gateway.host(), trust).await;
+                trust.reload().await;
             }
             rescan_skills(gateway.host()).await;
             if let Some(file) = &keys_file {
@@ -40,48 +38,6 @@ pub(super) fn reload_on_hangup(
         }
     });
     Ok(())
-}
-
-/// Reads the trust store again and holds the skills to it at once: a skill
-/// whose key was taken out is unloaded, one refused for a key now trusted
-/// loads. A store that does not read (no key left, a stray file) changes
-/// nothing.
-async fn reload_trust(host: &SkillHost, trust: &TrustArgs) {
-    let store = match trust.store() {
-        Ok(store) => store,
-        Err(error) => {
-            console::warn(&format!("{error:#}; the keys trusted stay"));
-            return;
-        }
-    };
-    let policy = SignaturePolicy::Require(store);
-    let (before, after) = (fingerprints(&host.skills().policy()), fingerprints(&policy));
-    if before != after {
-        report_trust(&policy);
-    }
-    let events = host.replace_signature_policy(policy).await;
-    let count = |wanted: fn(&ReloadOutcome) -> bool| {
-        events.iter().filter(|event| wanted(&event.outcome)).count()
-    };
-    console::say(&format!(
-        "trust store read again: {} key(s), {} added, {} taken out; {} skill(s) unloaded as no \
-         longer trusted, {} loaded",
-        after.len(),
-        after.difference(&before).count(),
-        before.difference(&after).count(),
-        count(|outcome| matches!(outcome, ReloadOutcome::Untrusted { .. })),
-        count(|outcome| matches!(outcome, ReloadOutcome::Loaded)),
-    ));
-}
-
-/// The keys `policy` trusts.
-fn fingerprints(policy: &SignaturePolicy) -> BTreeSet<Fingerprint> {
-    match policy {
-        SignaturePolicy::Require(store) => {
-            store.keys().iter().map(|key| key.fingerprint()).collect()
-        }
-        SignaturePolicy::AllowUnsigned => BTreeSet::new(),
-    }
 }
 
 /// Rescans the skills directory and says what came of it; the files it

@@ -3,16 +3,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use notify::event::{AccessKind, AccessMode};
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
-use tokio::sync::mpsc;
+use notify::RecommendedWatcher;
 
 use skillhost::gateway::{ApiKey, Gateway};
 
-use crate::cli::console;
+use crate::cli::{console, follow};
 
 /// Longest name a key may go by: it is shown in events and logs.
 const MAX_NAME_CHARS: usize = 64;
@@ -93,61 +90,26 @@ pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
     }
 }
 
-/// How long the watcher lets a burst of events settle before it reads the
-/// file: an editor's save or a Secret update is several events.
-const SETTLE: Duration = Duration::from_millis(200);
-
 /// Watches the directory of `file` and calls `on_change` (in `serve`,
 /// [`reload`]) whenever its bytes differ from the last seen, starting from
-/// `read`, the bytes the keys in force came from: an edit, an atomic
-/// replace, a Kubernetes Secret volume swapping its `..data` link. The
-/// directory, not the file, is watched, so a replaced file is still
-/// followed. Reads (ours among them) are not changes. The file is compared
-/// once as the watch begins, for a change made while the host was starting.
-/// Keep the returned watcher: dropping it stops the watch.
+/// `read`, the bytes the keys in force came from ([`follow::watch`]). Keep
+/// the returned watcher: dropping it stops the watch.
 pub(super) fn watch(
     file: PathBuf,
     read: Option<Vec<u8>>,
     on_change: impl Fn() + Send + 'static,
 ) -> anyhow::Result<RecommendedWatcher> {
-    let dir = match file.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let (changed, mut changes) = mpsc::unbounded_channel();
-    let started = changed.clone();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let is_read = |kind: &EventKind| {
-            matches!(kind, EventKind::Access(access)
-                if *access != AccessKind::Close(AccessMode::Write))
-        };
-        // An error (a lost event) may hide a change: look.
-        if event.as_ref().map_or(true, |event| !is_read(&event.kind)) {
-            let _ = changed.send(());
-        }
-    })?;
-    watcher
-        .watch(&dir, RecursiveMode::NonRecursive)
-        .with_context(|| {
-            format!(
-                "watching {} for changes to the API keys file",
-                dir.display()
-            )
-        })?;
-    let _ = started.send(());
-    let mut last = read;
-    tokio::spawn(async move {
-        while changes.recv().await.is_some() {
-            tokio::time::sleep(SETTLE).await;
-            while changes.try_recv().is_ok() {}
-            let now = std::fs::read(&file).ok();
-            if now != last {
-                on_change();
-                last = now;
-            }
-        }
-    });
-    Ok(watcher)
+    let dir = follow::parent_dir(&file);
+    follow::watch(
+        "the API keys file",
+        &[dir],
+        read,
+        move || std::fs::read(&file).ok(),
+        move || {
+            on_change();
+            std::future::ready(())
+        },
+    )
 }
 
 /// The keys of a keys file with the line each is on: one `NAME KEY` per
@@ -231,7 +193,12 @@ fn warn_if_others_can_read(_path: &Path) {}
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
     use super::*;
+    use crate::cli::follow::SETTLE;
 
     #[test]
     fn a_blank_key_is_refused_not_taken_for_a_guard() {

@@ -94,8 +94,8 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     keep_public: Option<Vec<String>>,
-    /// Load the skills directory (and the API keys file) once; do not
-    /// watch them for changes (SIGHUP reads both again).
+    /// Load the skills directory (and the trust store and API keys file)
+    /// once; do not watch them for changes (SIGHUP reads them all again).
     #[arg(long)]
     no_watch: bool,
     /// Seconds to let in-flight requests finish after SIGINT or SIGTERM
@@ -110,6 +110,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
+    // Before the store is read: a change made meanwhile is then followed.
+    let trust_seen = super::trust::contents(args.host.trust.paths());
     let settings = super::HostSettings::read(
         &args.host,
         &file,
@@ -169,10 +171,11 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             forward_headers: server.forward_headers(with_keys)?,
         },
     );
-    let trust = (!args.host.allow_unsigned).then(|| args.host.trust.clone());
+    let trust = (!args.host.allow_unsigned)
+        .then(|| super::trust::Trust::new(gateway.host().clone(), args.host.trust.clone()));
     hangup::reload_on_hangup(
         gateway.clone(),
-        trust,
+        trust.clone(),
         args.api_keys.clone(),
         args.api_keys_file.clone(),
     )
@@ -185,6 +188,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 keys::reload(&gateway, &given, &path)
             })?)
         }
+        _ => None,
+    };
+    let _trust_watcher = match &trust {
+        Some(trust) if hot_reload => Some(trust.watch(trust_seen)?),
         _ => None,
     };
     let listen = match args.listen.or(server.listen) {

@@ -1,0 +1,141 @@
+//! The trust store of a long-running command as it changes: `serve` and
+//! `mcp` read it again, with hot reload, whenever the files of `--trust`
+//! change (`serve` at SIGHUP too), so that a key added, rotated or revoked
+//! takes effect without a restart.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use notify::RecommendedWatcher;
+use tokio::sync::Mutex;
+
+use skillhost::embed::SkillHost;
+use skillhost::skills::ReloadOutcome;
+use skillhost::skills::signature::{Fingerprint, SignaturePolicy};
+
+use super::serve::report_trust;
+use super::sign::TrustArgs;
+use super::{console, follow};
+
+/// The trust store of `--trust`, read again as a whole, one reading at a
+/// time: the last one read is the one in force.
+#[derive(Clone)]
+pub(crate) struct Trust {
+    host: SkillHost,
+    args: TrustArgs,
+    reading: Arc<Mutex<()>>,
+}
+
+/// What the trust store is read from, as it was at one moment: each path's
+/// bytes, or a directory's entries (hidden ones aside, as the store skips
+/// them) with theirs. Two that differ mean the store may have changed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Contents(Vec<(PathBuf, Option<Vec<u8>>)>);
+
+impl Trust {
+    pub(crate) fn new(host: SkillHost, args: TrustArgs) -> Self {
+        Self {
+            host,
+            args,
+            reading: Arc::default(),
+        }
+    }
+
+    /// Reads the trust store again and holds the skills to it at once
+    /// ([`SkillHost::replace_signature_policy`]): a skill whose key was
+    /// taken out is unloaded, one refused for a key now trusted loads. A
+    /// store that does not read (no key left, a stray file) changes
+    /// nothing.
+    pub(crate) async fn reload(&self) {
+        let _reading = self.reading.lock().await;
+        let store = match self.args.store() {
+            Ok(store) => store,
+            Err(error) => {
+                console::warn(&format!("{error:#}; the keys trusted stay"));
+                return;
+            }
+        };
+        let policy = SignaturePolicy::Require(store);
+        let before = fingerprints(&self.host.skills().policy());
+        let after = fingerprints(&policy);
+        if before != after {
+            report_trust(&policy);
+        }
+        let events = self.host.replace_signature_policy(policy).await;
+        let count = |wanted: fn(&ReloadOutcome) -> bool| {
+            events.iter().filter(|event| wanted(&event.outcome)).count()
+        };
+        console::say(&format!(
+            "trust store read again: {} key(s), {} added, {} taken out; {} skill(s) unloaded as \
+             no longer trusted, {} loaded",
+            after.len(),
+            after.difference(&before).count(),
+            before.difference(&after).count(),
+            count(|outcome| matches!(outcome, ReloadOutcome::Untrusted { .. })),
+            count(|outcome| matches!(outcome, ReloadOutcome::Loaded)),
+        ));
+    }
+
+    /// Follows the files of `--trust`: reads the store again whenever what
+    /// they hold differs from `seen` (taken before the store in force was
+    /// read). Keep the returned watcher: dropping it stops the watch.
+    pub(crate) fn watch(&self, seen: Contents) -> anyhow::Result<RecommendedWatcher> {
+        let paths = self.args.paths().to_vec();
+        let dirs: Vec<PathBuf> = paths
+            .iter()
+            .map(|path| {
+                if path.is_dir() {
+                    path.clone()
+                } else {
+                    follow::parent_dir(path)
+                }
+            })
+            .collect();
+        let trust = self.clone();
+        follow::watch(
+            "the trust store",
+            &dirs,
+            seen,
+            move || contents(&paths),
+            move || {
+                let trust = trust.clone();
+                async move { trust.reload().await }
+            },
+        )
+    }
+}
+
+/// What the trust store at `paths` is read from now.
+pub(crate) fn contents(paths: &[PathBuf]) -> Contents {
+    let mut read = Vec::new();
+    for path in paths {
+        match std::fs::read_dir(path) {
+            Ok(entries) => {
+                let mut entries: Vec<PathBuf> = entries
+                    .flatten()
+                    .filter(|entry| !entry.file_name().to_string_lossy().starts_with('.'))
+                    .map(|entry| entry.path())
+                    .collect();
+                entries.sort();
+                read.push((path.clone(), None));
+                read.extend(entries.into_iter().map(|entry| {
+                    let bytes = std::fs::read(&entry).ok();
+                    (entry, bytes)
+                }));
+            }
+            Err(_) => read.push((path.clone(), std::fs::read(path).ok())),
+        }
+    }
+    Contents(read)
+}
+
+/// The keys `policy` trusts.
+fn fingerprints(policy: &SignaturePolicy) -> BTreeSet<Fingerprint> {
+    match policy {
+        SignaturePolicy::Require(store) => {
+            store.keys().iter().map(|key| key.fingerprint()).collect()
+        }
+        SignaturePolicy::AllowUnsigned => BTreeSet::new(),
+    }
+}
