@@ -25,6 +25,7 @@ use skillhost::skills::{
 };
 
 use skillhost::tools::ToolRegistry;
+use skillhost::tools::demo::DemoDb;
 
 use crate::support::configmap::ConfigMapVolume;
 use crate::support::fixtures::{DemoHost, fixture, repo_root};
@@ -1286,4 +1287,59 @@ async fn a_revoked_version_whose_file_holds_a_refused_update_goes_and_the_update
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].outcome, ReloadOutcome::Loaded);
     assert_eq!(events[0].new.as_ref().unwrap().version, "2.0.0");
+}
+
+/// Revoking a key stops its code, not only its next loads: steps waiting
+/// for an approval when their signer is revoked do not run again. The call
+/// a person approved runs as approved, and the run says so.
+#[tokio::test]
+async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_revoked() {
+    let (alice, bob) = (SigningKey::generate(), SigningKey::generate());
+    let dir = tempfile::tempdir().unwrap();
+    let refund = alice.sign(&bundled_unsigned("processRefund")).unwrap();
+    std::fs::write(dir.path().join("refund.wasm"), refund).unwrap();
+    let db = Arc::new(DemoDb::in_memory().unwrap());
+    let host = SkillHost::builder(dir.path(), trusting(&[&alice]))
+        .demo_tools(db.clone())
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    let input = json!({"orderId": "88231", "reason": "broken"});
+    let run = host.invoke("processRefund", input.clone()).unwrap();
+    let pending = loop {
+        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
+            break pending;
+        }
+    };
+
+    let changes = host.replace_signature_policy(trusting(&[&bob])).await;
+    assert!(
+        matches!(
+            changes[..],
+            [ReloadEvent {
+                outcome: ReloadOutcome::Untrusted { .. },
+                ..
+            }]
+        ),
+        "{changes:?}"
+    );
+    host.approve(pending.id.as_str()).unwrap();
+    let CallOutcome::Failed { error } = run.result().await.unwrap().outcome else {
+        panic!("the steps were stopped");
+    };
+    let revoked = format!("key {}", alice.public_key().fingerprint());
+    assert!(
+        error.contains("stopped after an approval, before its steps ran again")
+            && error.contains(&revoked)
+            && error.contains("already executed: queryOrder, applyRefund"),
+        "{error}"
+    );
+    assert_eq!(
+        db.refunds_for("88231").unwrap().len(),
+        1,
+        "approved, so done"
+    );
+    assert!(host.invoke("processRefund", input).is_err(), "unloaded");
 }

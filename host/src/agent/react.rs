@@ -114,7 +114,7 @@ impl Scope for MainScope {
                 // Calls of one answer run one after another, so whatever
                 // was declined from here on was declined inside this skill.
                 let mark = run.declined_count();
-                let outcome = skill::invoke(run, component, call.arguments).await?;
+                let outcome = skill::invoke(run, loaded, call.arguments).await?;
                 return Ok(skill::with_declines_noted(
                     outcome.to_tool_content(),
                     &run.declined_since(mark),

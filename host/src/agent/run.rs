@@ -788,16 +788,25 @@ impl Journal {
     }
 
     /// How the last attempt departed from the journal, if it did, and the
-    /// tools its calls ran before (a declined call did not run).
+    /// tools its calls ran before ([`Journal::ran`]).
     pub(super) fn take_divergence(&mut self) -> Option<(String, Vec<String>)> {
         let divergence = self.divergence.take()?;
-        let ran = self
-            .answered
+        Some((divergence, self.ran()))
+    }
+
+    /// Whether any call was answered: the steps have been suspended.
+    pub(super) fn answered_any(&self) -> bool {
+        !self.answered.is_empty()
+    }
+
+    /// The tools of the calls answered so far that ran (a declined call did
+    /// not).
+    pub(super) fn ran(&self) -> Vec<String> {
+        self.answered
             .iter()
             .filter(|call| !matches!(call.answer, Err(ToolError::Declined(_))))
             .map(|call| call.tool.clone())
-            .collect();
-        Some((divergence, ran))
+            .collect()
     }
 }
 

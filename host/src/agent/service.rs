@@ -337,9 +337,9 @@ impl Agent {
             .snapshot
             .get(name)
             .ok_or_else(|| AgentError::UnknownSkill(name.to_owned()))?
-            .component
             .clone();
         skill
+            .component
             .validate_input(&input)
             .map_err(AgentError::InvalidInput)?;
         let body = {

@@ -21,20 +21,23 @@ use super::react::{Loop, SkillScope};
 use super::run::{Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
 use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
-use crate::skills::SkillName;
+use crate::skills::signature::UntrustedSigner;
+use crate::skills::{LoadedSkill, SkillName};
 
-/// Runs `skill` on `input` (already validated against its parameters) and
+/// Runs `loaded` on `input` (already validated against its parameters) and
 /// returns its outcome, reported as
 /// [`AgentEvent::SkillStarted`] … [`AgentEvent::SkillFinished`].
 ///
-/// A skill that fails — a trap, a limit, a sub-agent out of rounds — is an
-/// outcome the model is told about. Only what would fail any call is an
-/// error: the LLM failing, or no LLM for a skill that needs one.
+/// A skill that fails — a trap, a limit, a sub-agent out of rounds, a
+/// signer the trust store no longer holds — is an outcome the model is told
+/// about. Only what would fail any call is an error: the LLM failing, or no
+/// LLM for a skill that needs one.
 pub(super) async fn invoke(
     run: &Arc<RunContext>,
-    skill: &SkillComponent,
+    loaded: &LoadedSkill,
     input: Value,
 ) -> Result<CallOutcome, AgentError> {
+    let skill = &loaded.component;
     let name = skill.name().clone();
     let path = if skill.manifest().has_steps && run.agent.config.use_steps {
         SkillPath::Steps
@@ -46,9 +49,12 @@ pub(super) async fn invoke(
         input: input.clone(),
         path,
     });
-    let outcome = match path {
-        SkillPath::Llm => sub_agent(run, skill, &input, None).await?,
-        SkillPath::Steps => match run_steps(run, skill, &input).await {
+    let outcome = match (untrusted(run, loaded), path) {
+        (Some(why), _) => CallOutcome::Failed {
+            error: format!("skill `{name}` was not run: {why}"),
+        },
+        (None, SkillPath::Llm) => sub_agent(run, skill, &input, None).await?,
+        (None, SkillPath::Steps) => match run_steps(run, loaded, &input).await {
             Ok(report) => match report.outcome {
                 RunOutcome::Done(result) => CallOutcome::Done { result },
                 RunOutcome::Handover(note) => {
@@ -96,27 +102,68 @@ enum StepsFailed {
         "skill `{skill}` was stopped: run again after an approval, its steps {change}, and \
          deterministic steps must make the same calls given the same input and answers; \
          already executed: {}",
-        if ran.is_empty() { "nothing".to_owned() } else { ran.join(", ") }
+        executed(ran)
     )]
     Diverged {
         skill: SkillName,
         change: String,
         ran: Vec<String>,
     },
+    /// While the steps waited for an approval, the trust store was
+    /// replaced and no longer trusts the skill's signer: its code does not
+    /// run again.
+    #[error(
+        "skill `{skill}` was stopped after an approval, before its steps ran again: {why}; \
+         already executed: {}",
+        executed(ran)
+    )]
+    Untrusted {
+        skill: SkillName,
+        why: UntrustedSigner,
+        ran: Vec<String>,
+    },
+}
+
+/// The tools `ran`, for a message.
+fn executed(ran: &[String]) -> String {
+    if ran.is_empty() {
+        "nothing".to_owned()
+    } else {
+        ran.join(", ")
+    }
+}
+
+/// Why `loaded` may no longer run, if it may not: the trust store was
+/// replaced since the run took its snapshot of the skills, and no longer
+/// trusts the key that signed it.
+fn untrusted(run: &RunContext, loaded: &LoadedSkill) -> Option<UntrustedSigner> {
+    let policy = run.agent.skills.policy();
+    policy.check_signer(loaded.signer.as_ref()).err()
 }
 
 /// Runs the skill's deterministic steps. When a call needs a person's
 /// approval, the invocation is suspended (its instance released), the call
 /// is confirmed and executed here, and the steps run again with the calls
-/// answered so far replayed ([`StepsDispatch`]). Each suspension adds one
-/// answered call and the tool-call limit bounds them, so this ends.
+/// answered so far replayed ([`StepsDispatch`]), unless the skill's signer
+/// is no longer trusted by then. Each suspension adds one answered call and
+/// the tool-call limit bounds them, so this ends.
 async fn run_steps(
     run: &Arc<RunContext>,
-    skill: &SkillComponent,
+    loaded: &LoadedSkill,
     input: &Value,
 ) -> Result<RunReport, StepsFailed> {
+    let skill = &loaded.component;
     let mut journal = Journal::default();
     loop {
+        if journal.answered_any()
+            && let Some(why) = untrusted(run, loaded)
+        {
+            return Err(StepsFailed::Untrusted {
+                skill: skill.name().clone(),
+                why,
+                ran: journal.ran(),
+            });
+        }
         let dispatch = Arc::new(StepsDispatch::new(run.clone(), skill.manifest(), journal));
         let result = skill.run_validated(input, dispatch.clone()).await;
         journal = dispatch.take_journal();

@@ -49,7 +49,9 @@ use serde::Serialize;
 use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use super::SkillName;
-use super::signature::{Fingerprint, SignatureError, SignaturePolicy, Verification};
+use super::signature::{
+    Fingerprint, SignatureError, SignaturePolicy, UntrustedSigner, Verification,
+};
 use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::text::{self, OUTSIDE_TEXT_BYTES};
 use crate::tools::ToolRegistry;
@@ -263,15 +265,10 @@ enum FileError {
     Load(#[from] LoadError),
     #[error("skill name `{name}` is already taken by {}", holder.display())]
     NameTaken { name: SkillName, holder: PathBuf },
-    /// The version serving, whose bytes the file no longer holds, was
-    /// signed by a key the signature policy no longer trusts (or loaded
-    /// unchecked, and the policy now checks).
-    #[error("{}", match signer {
-        Some(signer) => format!("signature refused: its signer, key {signer}, is no longer trusted"),
-        None => "signature refused: it was loaded without a signature check, and signatures are \
-                 now required".to_owned(),
-    })]
-    SignerUntrusted { signer: Option<Fingerprint> },
+    /// The version serving, whose bytes the file no longer holds, does not
+    /// pass the signature policy for its signer.
+    #[error("signature refused: {0}")]
+    SignerUntrusted(UntrustedSigner),
 }
 
 /// A refused signature check, said as what is wrong with the file: a file
@@ -290,7 +287,7 @@ impl FileError {
         match self {
             Self::Read(_) | Self::NotAFile(_) => FailureKind::Read,
             Self::TooLarge { .. } => FailureKind::TooLarge,
-            Self::Signature(_) | Self::SignerUntrusted { .. } => FailureKind::Signature,
+            Self::Signature(_) | Self::SignerUntrusted(_) => FailureKind::Signature,
             Self::Load(error) => error.into(),
             Self::NameTaken { .. } => FailureKind::NameTaken,
         }
@@ -456,9 +453,8 @@ impl SkillSnapshot {
                     .filter(|path| matches!(path.try_exists(), Ok(true)))
                     .find_map(|path| {
                         let contender = self.failures.get(path)?.contender.as_ref()?;
-                        policy
-                            .trusts_signer(contender.0.signer.as_ref())
-                            .then(|| contender.clone())
+                        let trusted = policy.check_signer(contender.0.signer.as_ref());
+                        trusted.is_ok().then(|| contender.clone())
                     })
             })
         {
@@ -985,10 +981,10 @@ impl SkillRegistry {
                     .await
                     .map(|(_, signer)| signer),
                 // Its bytes are no longer at hand: its signer decides.
-                None if policy.trusts_signer(serving.signer.as_ref()) => Ok(serving.signer),
-                None => Err(FileError::SignerUntrusted {
-                    signer: serving.signer,
-                }),
+                None => policy
+                    .check_signer(serving.signer.as_ref())
+                    .map(|()| serving.signer)
+                    .map_err(FileError::SignerUntrusted),
             };
             let writer = self.writer.lock().await;
             match verdict {

@@ -182,19 +182,37 @@ impl SignaturePolicy {
         }
     }
 
-    /// Whether a file this policy would check again passes for its signer
-    /// alone: `signer`, a trusted key of the store (`None`, a file loaded
-    /// without a check, passes only [`SignaturePolicy::AllowUnsigned`]).
-    /// For content whose bytes are no longer at hand; a signer a new store
-    /// no longer holds is not trusted, whatever other signatures the bytes
+    /// Whether content loaded earlier, signed by `signer`, passes this
+    /// policy for its signer alone: a key of the store (`None`, content
+    /// loaded without a check, passes only
+    /// [`SignaturePolicy::AllowUnsigned`]). For content whose bytes are no
+    /// longer at hand, or code already running; a signer a new store no
+    /// longer holds is not trusted, whatever other signatures the bytes
     /// carried.
-    pub fn trusts_signer(&self, signer: Option<&Fingerprint>) -> bool {
-        match self {
-            Self::Require(store) => signer
-                .is_some_and(|signer| store.keys().iter().any(|key| key.fingerprint() == *signer)),
-            Self::AllowUnsigned => true,
+    pub fn check_signer(&self, signer: Option<&Fingerprint>) -> Result<(), UntrustedSigner> {
+        match (self, signer) {
+            (Self::AllowUnsigned, _) => Ok(()),
+            (Self::Require(store), Some(signer)) => store
+                .keys()
+                .iter()
+                .any(|key| key.fingerprint() == *signer)
+                .then_some(())
+                .ok_or(UntrustedSigner::Key(*signer)),
+            (Self::Require(_), None) => Err(UntrustedSigner::Unchecked),
         }
     }
+}
+
+/// Why content loaded earlier no longer passes a policy for its signer
+/// ([`SignaturePolicy::check_signer`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UntrustedSigner {
+    /// Its signer's key is not in the trust store.
+    #[error("its signer, key {0}, is no longer trusted")]
+    Key(Fingerprint),
+    /// It was loaded under [`SignaturePolicy::AllowUnsigned`].
+    #[error("it was loaded without a signature check, and signatures are now required")]
+    Unchecked,
 }
 
 #[cfg(test)]
