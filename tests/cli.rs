@@ -2700,6 +2700,49 @@ async fn serve_reads_its_trust_store_again_at_sighup() {
     assert_eq!(status("inquireOrderStatus").await, 200);
 }
 
+/// Taking out the last trusted key revokes it too: nothing is trusted then,
+/// rather than the last key staying trusted for want of another.
+#[tokio::test]
+async fn serve_trusts_nothing_once_every_key_is_taken_out() {
+    let work = Workdir::new();
+    let alice = AliceTrusted::set_up(&work).await;
+    let mut command = work.command(&["serve", "--listen", "127.0.0.1:0", "--no-watch"]);
+    command
+        .arg("--skills")
+        .arg(&alice.skills)
+        .arg("--trust")
+        .arg(&alice.trusted)
+        .arg("--db")
+        .arg(work.db());
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let served = || async {
+        let listing: Value = reqwest::get(format!("{base}/v1/skills"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listing["data"].as_array().unwrap().len()
+    };
+    assert_eq!(served().await, 1, "inquireOrderStatus, signed by Alice");
+
+    std::fs::remove_file(&alice.alice_pub).unwrap();
+    send_signal(&serve, "-HUP").await;
+    let warned = said_next(&mut stderr, "no key is trusted any more").await;
+    assert!(warned.contains("every skill is refused"), "{warned}");
+    let said = said_next(&mut stderr, "trust store read again").await;
+    assert!(
+        said.contains("0 key(s), 0 added, 1 taken out; 1 skill(s) unloaded"),
+        "{said}"
+    );
+    assert_eq!(served().await, 0);
+}
+
 /// With hot reload, the trust directory is followed like the skills: a key
 /// file deleted stops trusting what it signed without a signal, and put
 /// back, trusts it again.

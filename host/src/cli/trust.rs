@@ -12,7 +12,7 @@ use tokio::sync::Mutex;
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
-use skillhost::skills::signature::{Fingerprint, SignaturePolicy};
+use skillhost::skills::signature::{Fingerprint, KeyError, SignaturePolicy, TrustStore};
 
 use super::serve::report_trust;
 use super::sign::TrustArgs;
@@ -44,17 +44,32 @@ impl Trust {
 
     /// Reads the trust store again and holds the skills to it at once
     /// ([`SkillHost::replace_signature_policy`]): a skill whose key was
-    /// taken out is unloaded, one refused for a key now trusted loads. A
-    /// store that does not read (no key left, a stray file) changes
-    /// nothing.
+    /// taken out is unloaded, one refused for a key now trusted loads. With
+    /// every key taken out, no key is trusted: revoking the last key must
+    /// work too. A store that does not read (a stray file, a path gone)
+    /// changes nothing.
     pub(crate) async fn reload(&self) {
         let _reading = self.reading.lock().await;
         let store = match self.args.store() {
             Ok(store) => store,
-            Err(error) => {
-                console::warn(&format!("{error:#}; the keys trusted stay"));
-                return;
-            }
+            Err(error) => match error.downcast_ref() {
+                Some(KeyError::NoTrustedKeys { sources }) => {
+                    let sources: Vec<String> = sources
+                        .iter()
+                        .map(|path| path.display().to_string())
+                        .collect();
+                    console::warn(&format!(
+                        "no key is trusted any more ({} hold none): every skill is refused until \
+                         a key is trusted again",
+                        sources.join(", ")
+                    ));
+                    TrustStore::trusting_nothing()
+                }
+                _ => {
+                    console::warn(&format!("{error:#}; the keys trusted stay"));
+                    return;
+                }
+            },
         };
         let policy = SignaturePolicy::Require(store);
         let before = fingerprints(&self.host.skills().policy());

@@ -381,9 +381,10 @@ impl TrustedKey {
 /// The set of public keys skills must be signed with; several at once so
 /// that keys can be rotated (trust old and new, re-sign, drop the old).
 ///
-/// Never empty: construction fails with [`KeyError::NoTrustedKeys`] rather
-/// than producing a store that trusts nothing (or that a caller might
-/// mistake for "no checks").
+/// Never empty when built from keys: construction fails with
+/// [`KeyError::NoTrustedKeys`] rather than producing a store that trusts
+/// nothing (or that a caller might mistake for "no checks"). The one store
+/// that trusts nothing is asked for by name ([`TrustStore::trusting_nothing`]).
 #[derive(Debug, Clone)]
 pub struct TrustStore {
     keys: Vec<TrustedKey>,
@@ -401,6 +402,18 @@ pub struct DuplicateKey {
 }
 
 impl TrustStore {
+    /// A store that trusts no key: every file is refused. For a running
+    /// host whose keys were all taken out of its trust directory, which
+    /// must then stop trusting the last of them
+    /// ([`SkillRegistry::replace_policy`](crate::skills::SkillRegistry::replace_policy));
+    /// a host is never started with one.
+    pub fn trusting_nothing() -> Self {
+        Self {
+            keys: Vec::new(),
+            duplicates: Vec::new(),
+        }
+    }
+
     /// A store of exactly these keys, in this order (the order in which
     /// signers are reported). A key given twice is kept once, with its first
     /// source; [`Self::duplicates`] says which sources repeated one.
