@@ -2650,6 +2650,57 @@ impl AliceTrusted {
     }
 }
 
+/// `[[trust.scopes]]` limits what a key may sign: the demo key limited to
+/// the shop's read tools signs no refund, and the listing says why.
+#[tokio::test]
+async fn a_key_scope_in_the_config_file_refuses_the_skills_outside_it() {
+    let work = Workdir::new();
+    let config = r#"
+[[trust.scopes]]
+key = "1aa1e92e86658033a90ecf0b"
+tools = ["queryOrder", "queryLogistics"]
+skills = ["processRefund", "inquire*"]
+"#;
+    let mut skills = work.configured_command(config, &["skills", "--json"], &bundled());
+    let (stdout, _) = expect_code(&output(&mut skills).await, 0);
+    let listing: Value = serde_json::from_str(&stdout).unwrap();
+    let loaded: Vec<&str> = listing["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|skill| skill["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(loaded, ["inquireOrderStatus"], "{stdout}");
+    let failed = listing["failed"].as_array().unwrap();
+    let refusal = |file: &str| {
+        let failure = failed
+            .iter()
+            .find(|failure| failure["path"].as_str().unwrap().ends_with(file))
+            .unwrap_or_else(|| panic!("{file} refused: {stdout}"));
+        (
+            failure["kind"].as_str().unwrap(),
+            failure["reason"].as_str().unwrap(),
+        )
+    };
+    let (kind, reason) = refusal("processRefund.wasm");
+    assert_eq!(kind, "scope");
+    assert!(reason.contains("it calls `applyRefund`"), "{reason}");
+    let (kind, reason) = refusal("order_change.wasm");
+    assert_eq!(kind, "scope");
+    assert!(
+        reason.contains("its name `order_change` matches none"),
+        "{reason}"
+    );
+
+    let bad = "[[trust.scopes]]\nkey = \"demo\"\n";
+    let mut skills = work.configured_command(bad, &["skills"], &bundled());
+    let (_, stderr) = expect_code(&output(&mut skills).await, 1);
+    assert!(
+        stderr.contains("[[trust.scopes]] #1") && stderr.contains("not a key's fingerprint"),
+        "{stderr}"
+    );
+}
+
 /// A key taken out of the trust directory stops trusting what it signed at
 /// the next SIGHUP, without a restart: its skill is unloaded though its file
 /// stays. A trust directory that does not read changes nothing; the key put

@@ -18,7 +18,7 @@ use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::registry::MAX_SKILL_FILE_BYTES;
-use skillhost::skills::signature::{SignaturePolicy, SigningKey, TrustStore, TrustedKey};
+use skillhost::skills::signature::{KeyScope, SignaturePolicy, SigningKey, TrustStore, TrustedKey};
 use skillhost::skills::{
     FailureKind, ReloadEvent, ReloadOutcome, SkillName, SkillRegistry, SkillVersion, WatchHandle,
     watch,
@@ -1342,4 +1342,70 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
         "approved, so done"
     );
     assert!(host.invoke("processRefund", input).is_err(), "unloaded");
+}
+
+#[tokio::test]
+async fn a_scoped_key_signs_only_the_skills_and_tools_its_scope_names() {
+    let alice = SigningKey::generate();
+    let scoped = |scope: KeyScope| {
+        let key = alice.public_key();
+        let store = TrustStore::new([TrustedKey::new(key.clone(), "test")]).unwrap();
+        SignaturePolicy::Require(store.with_scope(key.fingerprint(), scope))
+    };
+    let reads_orders = || KeyScope {
+        skills: None,
+        tools: Some(vec!["queryOrder".into(), "queryLogistics".into()]),
+    };
+    let refund = alice.sign(&bundled_unsigned("processRefund")).unwrap();
+    let inquire = alice.sign(&bundled_unsigned("inquireOrderStatus")).unwrap();
+    let watched = Watched::start(
+        &[("refund.wasm", &refund), ("inquire.wasm", &inquire)],
+        scoped(reads_orders()),
+    )
+    .await;
+    let snapshot = watched.registry.snapshot();
+    assert!(snapshot.get("inquireOrderStatus").is_some());
+    assert!(snapshot.get("processRefund").is_none());
+    let refused = snapshot.failure_for(&watched.path("refund.wasm")).unwrap();
+    assert_eq!(refused.kind, FailureKind::Scope);
+    assert!(
+        refused.reason.contains(
+            "it calls `applyRefund`, not among the tools the key may sign for (queryOrder, \
+             queryLogistics)"
+        ),
+        "{}",
+        refused.reason
+    );
+
+    // Scoped by name instead: the refund is in, the inquiry out.
+    let by_name = || KeyScope {
+        skills: Some(vec!["process*".into()]),
+        tools: None,
+    };
+    let events = watched.registry.replace_policy(scoped(by_name())).await;
+    let outcomes: Vec<_> = events
+        .iter()
+        .map(|event| {
+            (
+                event.path.file_name().unwrap().to_str().unwrap(),
+                &event.outcome,
+            )
+        })
+        .collect();
+    let [
+        ("inquire.wasm", ReloadOutcome::Untrusted { reason }),
+        ("refund.wasm", ReloadOutcome::Loaded),
+    ] = outcomes[..]
+    else {
+        panic!("{events:?}");
+    };
+    assert!(
+        reason.contains(
+            "its name `inquireOrderStatus` matches none of the names the key may sign (process*)"
+        ),
+        "{reason}"
+    );
+    // The same scope again changes nothing, and reports nothing.
+    let events = watched.registry.replace_policy(scoped(by_name())).await;
+    assert!(events.is_empty(), "{events:?}");
 }

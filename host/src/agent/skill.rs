@@ -21,7 +21,7 @@ use super::react::{Loop, SkillScope};
 use super::run::{Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
 use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
-use crate::skills::signature::UntrustedSigner;
+use crate::skills::signature::NotAdmitted;
 use crate::skills::{LoadedSkill, SkillName};
 
 /// Runs `loaded` on `input` (already validated against its parameters) and
@@ -110,8 +110,8 @@ enum StepsFailed {
         ran: Vec<String>,
     },
     /// While the steps waited for an approval, the trust store was
-    /// replaced and no longer trusts the skill's signer: its code does not
-    /// run again.
+    /// replaced and no longer admits the skill (its signer, or the key's
+    /// scope): its code does not run again.
     #[error(
         "skill `{skill}` was stopped after an approval, before its steps ran again: {why}; \
          already executed: {}",
@@ -119,7 +119,7 @@ enum StepsFailed {
     )]
     Untrusted {
         skill: SkillName,
-        why: UntrustedSigner,
+        why: NotAdmitted,
         ran: Vec<String>,
     },
 }
@@ -135,10 +135,11 @@ fn executed(ran: &[String]) -> String {
 
 /// Why `loaded` may no longer run, if it may not: the trust store was
 /// replaced since the run took its snapshot of the skills, and no longer
-/// trusts the key that signed it.
-fn untrusted(run: &RunContext, loaded: &LoadedSkill) -> Option<UntrustedSigner> {
+/// admits it (the key that signed it, or what that key may sign).
+fn untrusted(run: &RunContext, loaded: &LoadedSkill) -> Option<NotAdmitted> {
     let policy = run.agent.skills.policy();
-    policy.check_signer(loaded.signer.as_ref()).err()
+    let manifest = loaded.component.manifest();
+    policy.check_skill(loaded.signer.as_ref(), manifest).err()
 }
 
 /// Runs the skill's deterministic steps. When a call needs a person's

@@ -30,6 +30,7 @@ use skillhost::embed::BuildError;
 use skillhost::gateway::{CorsOrigin, MAX_HEADER_TIMEOUT};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::skills::SkillName;
+use skillhost::skills::signature::{Fingerprint, KeyScope};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::mcp::{self, McpServerConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
@@ -57,6 +58,28 @@ pub struct ConfigFile {
     /// MCP servers whose tools are exposed.
     #[serde(default)]
     pub mcp_servers: Vec<McpServerConfig>,
+    #[serde(default)]
+    trust: TrustSection,
+}
+
+/// `[trust]`: what the keys of `--trust` may sign.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TrustSection {
+    /// `[[trust.scopes]]`: one key's scope each; a key without one signs any
+    /// skill.
+    #[serde(default)]
+    scopes: Vec<ScopeSettings>,
+}
+
+/// One key's scope, as `[[trust.scopes]]` sets it ([`KeyScope`]).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScopeSettings {
+    /// The key's fingerprint, as `skillhost keygen` and `serve` print it.
+    key: String,
+    skills: Option<Vec<String>>,
+    tools: Option<Vec<String>>,
 }
 
 /// `[server]`: the gateway.
@@ -209,6 +232,29 @@ impl HostArgs {
 }
 
 impl ConfigFile {
+    /// The scopes of `[[trust.scopes]]`, by key. A key that is not a
+    /// fingerprint, or is given twice, is an error.
+    pub fn key_scopes(&self) -> anyhow::Result<Vec<(Fingerprint, KeyScope)>> {
+        let mut scopes: Vec<(Fingerprint, KeyScope)> = Vec::new();
+        for (index, settings) in self.trust.scopes.iter().enumerate() {
+            let at = || format!("[[trust.scopes]] #{}", index + 1);
+            let key: Fingerprint = settings
+                .key
+                .parse()
+                .map_err(anyhow::Error::msg)
+                .with_context(at)?;
+            if scopes.iter().any(|(scoped, _)| *scoped == key) {
+                anyhow::bail!("{}: key {key} has a scope already; give each key one", at());
+            }
+            let scope = KeyScope {
+                skills: settings.skills.clone(),
+                tools: settings.tools.clone(),
+            };
+            scopes.push((key, scope));
+        }
+        Ok(scopes)
+    }
+
     /// The file at `path`; every setting at its default without one.
     pub fn load_or_default(path: Option<&Path>) -> anyhow::Result<Self> {
         path.map_or_else(|| Ok(Self::default()), Self::load)
@@ -470,6 +516,30 @@ mod tests {
         assert!(!EXAMPLE.contains("sk-"));
     }
 
+    /// The example's `[[trust.scopes]]`, commented out there, reads as it
+    /// says; a key given twice is an error.
+    #[test]
+    fn the_examples_key_scope_reads_once_uncommented() {
+        let block: String = EXAMPLE
+            .lines()
+            .skip_while(|line| *line != "# [[trust.scopes]]")
+            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
+            .collect();
+        let scopes = ConfigFile::parse(&block).unwrap().key_scopes().unwrap();
+        let [(key, scope)] = scopes.as_slice() else {
+            panic!("{block}");
+        };
+        assert_eq!(key.to_string(), "1aa1e92e86658033a90ecf0b");
+        assert_eq!(scope.skills, Some(vec!["vendor_*".to_owned()]));
+        assert_eq!(scope.tools.as_ref().map(Vec::len), Some(3));
+        let twice = ConfigFile::parse(&format!("{block}{block}")).unwrap();
+        let error = twice.key_scopes().unwrap_err().to_string();
+        assert!(
+            error.contains("#2: key 1aa1e92e86658033a90ecf0b has a scope already"),
+            "{error}"
+        );
+    }
+
     /// The example's `[[mcp_servers]]`, one reached at a url and one
     /// started as a command, commented out there (there are no such
     /// servers), read as they say; a misspelt key is an
@@ -479,6 +549,7 @@ mod tests {
         let block: String = EXAMPLE
             .lines()
             .skip_while(|line| *line != "# [[mcp_servers]]")
+            .take_while(|line| !line.is_empty())
             .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
             .collect();
         let file = ConfigFile::parse(&block).unwrap();

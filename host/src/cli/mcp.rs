@@ -57,7 +57,8 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     let _trust_watcher = if args.no_watch || args.host.allow_unsigned {
         None
     } else {
-        Some(Trust::new(host.clone(), args.host.trust.clone()).watch(trust_seen)?)
+        let trust = Trust::new(host.clone(), args.host.trust.clone(), file.key_scopes()?);
+        Some(trust.watch(trust_seen)?)
     };
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),

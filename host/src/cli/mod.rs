@@ -117,7 +117,10 @@ impl HostArgs {
         Ok(&self.skills)
     }
 
-    fn signature_policy(&self) -> anyhow::Result<SignaturePolicy> {
+    /// `--trust` with the file's `[[trust.scopes]]`, unless
+    /// `--allow-unsigned`.
+    fn signature_policy(&self, file: &ConfigFile) -> anyhow::Result<SignaturePolicy> {
+        let scopes = file.key_scopes()?;
         if self.allow_unsigned {
             console::warn(
                 "--allow-unsigned: skill signatures are NOT verified; never use this outside \
@@ -125,7 +128,7 @@ impl HostArgs {
             );
             return Ok(SignaturePolicy::AllowUnsigned);
         }
-        Ok(SignaturePolicy::Require(self.trust.store()?))
+        Ok(SignaturePolicy::Require(self.trust.scoped_store(&scopes)?))
     }
 
     /// The runtime these arguments and `file` ask for: the library's
@@ -267,7 +270,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// file's HTTP tools, in its sandbox.
 async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<SkillRegistry> {
     // Settings first, so that a mistake in them creates no database.
-    let policy = args.signature_policy()?;
+    let policy = args.signature_policy(file)?;
     let skills_dir = args.skills_dir()?;
     let runtime = Runtime::new(args.runtime_config(file)?).map_err(config::name_sandbox_keys)?;
     let http_tools = file.http_tools()?;
@@ -306,7 +309,7 @@ impl HostSettings {
         Ok(Self {
             http_tools: file.http_tools()?,
             skills_dir: args.skills_dir()?.to_owned(),
-            policy: args.signature_policy()?,
+            policy: args.signature_policy(file)?,
             runtime: args.runtime_config(file)?,
             agent,
         })

@@ -10,7 +10,8 @@ use serde_json::json;
 
 use skillhost::skills::MAX_SKILL_FILE_BYTES;
 use skillhost::skills::signature::{
-    Fingerprint, KeyError, PublicKey, SignError, SignatureError, SigningKey, Tamper, TrustStore,
+    Fingerprint, KeyError, KeyScope, PublicKey, SignError, SignatureError, SigningKey, Tamper,
+    TrustStore,
 };
 
 use super::console;
@@ -169,7 +170,30 @@ pub struct TrustArgs {
     paths: Vec<PathBuf>,
 }
 
+/// What some keys may sign, by key (`[[trust.scopes]]`).
+pub type KeyScopes = Vec<(Fingerprint, KeyScope)>;
+
 impl TrustArgs {
+    /// [`TrustArgs::store`] with `scopes` applied; warns of a scope whose
+    /// key the store does not hold (it applies once the key is trusted).
+    pub fn scoped_store(&self, scopes: &KeyScopes) -> anyhow::Result<TrustStore> {
+        let mut store = self.store()?;
+        for (key, scope) in scopes {
+            if !store
+                .keys()
+                .iter()
+                .any(|trusted| trusted.fingerprint() == *key)
+            {
+                console::warn(&format!(
+                    "[[trust.scopes]] limits key {key}, which is not among the keys trusted: the \
+                     scope applies once it is"
+                ));
+            }
+            store = store.with_scope(*key, scope.clone());
+        }
+        Ok(store)
+    }
+
     /// The key files and directories given.
     pub fn paths(&self) -> &[PathBuf] {
         &self.paths

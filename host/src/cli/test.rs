@@ -7,6 +7,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::config;
+use super::config::ConfigFile;
 use super::progress::{self, Progress};
 use super::{HostArgs, StandIns};
 use skillhost::agent::cases::{CaseReport, Verdict, run_case};
@@ -48,7 +49,7 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let runtime =
         Runtime::new(args.host.runtime_config(&file)?).map_err(config::name_sandbox_keys)?;
     let stand_ins = StandIns::of(&file, "test").await?;
-    let skills = Arc::new(load_skills(&args.host, &stand_ins, runtime).await?);
+    let skills = Arc::new(load_skills(&args.host, &file, &stand_ins, runtime).await?);
     let snapshot = skills.snapshot();
     let selected: Vec<_> = if args.names.is_empty() {
         snapshot.skills().collect()
@@ -147,10 +148,11 @@ pub async fn test(args: &TestArgs) -> anyhow::Result<ExitCode> {
 /// throwaway: cases run on their own.
 async fn load_skills(
     args: &HostArgs,
+    file: &ConfigFile,
     stand_ins: &StandIns,
     runtime: Runtime,
 ) -> anyhow::Result<SkillRegistry> {
-    let policy = args.signature_policy()?;
+    let policy = args.signature_policy(file)?;
     Ok(SkillRegistry::load_dir_with_progress(
         runtime,
         stand_ins.with_fresh_shop()?,

@@ -15,7 +15,7 @@ use skillhost::skills::ReloadOutcome;
 use skillhost::skills::signature::{Fingerprint, KeyError, SignaturePolicy, TrustStore};
 
 use super::serve::report_trust;
-use super::sign::TrustArgs;
+use super::sign::{KeyScopes, TrustArgs};
 use super::{console, follow};
 
 /// The trust store of `--trust`, read again as a whole, one reading at a
@@ -24,6 +24,8 @@ use super::{console, follow};
 pub(crate) struct Trust {
     host: SkillHost,
     args: TrustArgs,
+    /// The config file's `[[trust.scopes]]`, as at the start.
+    scopes: Arc<KeyScopes>,
     reading: Arc<Mutex<()>>,
 }
 
@@ -34,10 +36,11 @@ pub(crate) struct Trust {
 pub(crate) struct Contents(Vec<(PathBuf, Option<Vec<u8>>)>);
 
 impl Trust {
-    pub(crate) fn new(host: SkillHost, args: TrustArgs) -> Self {
+    pub(crate) fn new(host: SkillHost, args: TrustArgs, scopes: KeyScopes) -> Self {
         Self {
             host,
             args,
+            scopes: Arc::new(scopes),
             reading: Arc::default(),
         }
     }
@@ -50,7 +53,7 @@ impl Trust {
     /// changes nothing.
     pub(crate) async fn reload(&self) {
         let _reading = self.reading.lock().await;
-        let store = match self.args.store() {
+        let store = match self.args.scoped_store(&self.scopes) {
             Ok(store) => store,
             Err(error) => match error.downcast_ref() {
                 Some(KeyError::NoTrustedKeys { sources }) => {

@@ -49,9 +49,7 @@ use serde::Serialize;
 use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit, Semaphore, broadcast};
 
 use super::SkillName;
-use super::signature::{
-    Fingerprint, SignatureError, SignaturePolicy, UntrustedSigner, Verification,
-};
+use super::signature::{Fingerprint, NotAdmitted, SignatureError, SignaturePolicy, Verification};
 use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::text::{self, OUTSIDE_TEXT_BYTES};
 use crate::tools::ToolRegistry;
@@ -87,6 +85,9 @@ pub enum FailureKind {
     Link,
     /// Its manifest is invalid or could not be read.
     Manifest,
+    /// Its signer's key may not sign it ([`KeyScope`](super::signature::KeyScope)):
+    /// its name, or a tool it calls or unlocks, is outside the key's scope.
+    Scope,
     /// Another file already provides a skill of the same name.
     NameTaken,
 }
@@ -101,6 +102,7 @@ impl FailureKind {
             Self::Compile => "compile",
             Self::Link => "link",
             Self::Manifest => "manifest",
+            Self::Scope => "scope",
             Self::NameTaken => "name_taken",
         }
     }
@@ -265,10 +267,14 @@ enum FileError {
     Load(#[from] LoadError),
     #[error("skill name `{name}` is already taken by {}", holder.display())]
     NameTaken { name: SkillName, holder: PathBuf },
-    /// The version serving, whose bytes the file no longer holds, does not
-    /// pass the signature policy for its signer.
-    #[error("signature refused: {0}")]
-    SignerUntrusted(UntrustedSigner),
+    /// The policy does not admit the skill: its signer (as verified, or as
+    /// recorded for a version whose bytes the file no longer holds) is not
+    /// trusted, or the skill is outside what the key may sign.
+    #[error("{}", match .0 {
+        NotAdmitted::Signer(why) => format!("signature refused: {why}"),
+        out_of_scope => out_of_scope.to_string(),
+    })]
+    NotAdmitted(NotAdmitted),
 }
 
 /// A refused signature check, said as what is wrong with the file: a file
@@ -287,7 +293,10 @@ impl FileError {
         match self {
             Self::Read(_) | Self::NotAFile(_) => FailureKind::Read,
             Self::TooLarge { .. } => FailureKind::TooLarge,
-            Self::Signature(_) | Self::SignerUntrusted(_) => FailureKind::Signature,
+            Self::Signature(_) | Self::NotAdmitted(NotAdmitted::Signer(_)) => {
+                FailureKind::Signature
+            }
+            Self::NotAdmitted(NotAdmitted::OutOfScope { .. }) => FailureKind::Scope,
             Self::Load(error) => error.into(),
             Self::NameTaken { .. } => FailureKind::NameTaken,
         }
@@ -453,8 +462,10 @@ impl SkillSnapshot {
                     .filter(|path| matches!(path.try_exists(), Ok(true)))
                     .find_map(|path| {
                         let contender = self.failures.get(path)?.contender.as_ref()?;
-                        let trusted = policy.check_signer(contender.0.signer.as_ref());
-                        trusted.is_ok().then(|| contender.clone())
+                        let Contender(skill) = contender;
+                        let admitted =
+                            policy.check_skill(skill.signer.as_ref(), skill.component.manifest());
+                        admitted.is_ok().then(|| contender.clone())
                     })
             })
         {
@@ -657,6 +668,9 @@ impl Loader {
         let component =
             SkillComponent::from_component(&self.runtime, &component, file.digest, &self.tools)
                 .await?;
+        policy
+            .check_skill(signer.as_ref(), component.manifest())
+            .map_err(FileError::NotAdmitted)?;
         Ok(LoadedSkill {
             component,
             path: path.to_owned(),
@@ -976,16 +990,18 @@ impl SkillRegistry {
         let (mut events, mut waiting) = (Vec::new(), Vec::new());
         if let Some(serving) = current.skill_at(path) {
             let serving_digest = serving.component.digest();
-            let verdict = match file.take_if(|file| file.digest == serving_digest) {
+            let signer = match file.take_if(|file| file.digest == serving_digest) {
                 Some(same) => verify(policy.clone(), path, same.bytes)
                     .await
                     .map(|(_, signer)| signer),
                 // Its bytes are no longer at hand: its signer decides.
-                None => policy
-                    .check_signer(serving.signer.as_ref())
-                    .map(|()| serving.signer)
-                    .map_err(FileError::SignerUntrusted),
+                None => Ok(serving.signer),
             };
+            let manifest = serving.component.manifest();
+            let verdict = signer.and_then(|signer| {
+                let admitted = policy.check_skill(signer.as_ref(), manifest);
+                admitted.map(|()| signer).map_err(FileError::NotAdmitted)
+            });
             let writer = self.writer.lock().await;
             match verdict {
                 Ok(signer) if signer == serving.signer => {}
@@ -1005,7 +1021,9 @@ impl SkillRegistry {
         if let Some((file, failure)) = refused
             && let Some((event, freed)) = self.retry_refused(path, file, failure, policy).await
         {
-            events.push(event);
+            if event.outcome != ReloadOutcome::Unchanged {
+                events.push(event);
+            }
             waiting.extend(freed);
         }
         (events, waiting)
@@ -1143,6 +1161,15 @@ impl SkillRegistry {
             .skill_at(path)
             .map(|skill| SkillVersion::of(&skill.component));
         let failure = error.into_failure(path, digest);
+        // Refused again as it was (content tried again under a new policy
+        // that still refuses it): no change to report.
+        if next.failures.get(path).is_some_and(|held| {
+            (&held.digest, held.kind, &held.reason)
+                == (&failure.digest, failure.kind, &failure.reason)
+                && held.contender.is_none()
+        }) {
+            return (unchanged(path, next.skill_at(path)), Vec::new());
+        }
         let event = ReloadEvent {
             path: path.to_owned(),
             old: serving.clone(),
@@ -1167,7 +1194,7 @@ impl SkillRegistry {
         policy: Arc<SignaturePolicy>,
     ) -> Option<(ReloadEvent, Vec<PathBuf>)> {
         let kept_signer = match (&failure.kind, &failure.contender) {
-            (FailureKind::Signature, _) => None,
+            (FailureKind::Signature | FailureKind::Scope, _) => None,
             (FailureKind::NameTaken, Some(Contender(skill))) => Some(skill.signer),
             _ => return None,
         };

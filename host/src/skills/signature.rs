@@ -38,6 +38,7 @@
 
 mod keys;
 mod layout;
+mod scope;
 mod sign;
 mod verify;
 
@@ -46,6 +47,7 @@ use std::path::Path;
 pub use keys::{
     DuplicateKey, Fingerprint, InvalidKey, KeyError, PublicKey, SigningKey, TrustStore, TrustedKey,
 };
+pub use scope::{KeyScope, NotAdmitted};
 pub use sign::SignError;
 pub use verify::{Verified, embedded_key_ids};
 

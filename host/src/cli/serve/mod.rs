@@ -171,8 +171,17 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             forward_headers: server.forward_headers(with_keys)?,
         },
     );
-    let trust = (!args.host.allow_unsigned)
-        .then(|| super::trust::Trust::new(gateway.host().clone(), args.host.trust.clone()));
+    let trust = if args.host.allow_unsigned {
+        None
+    } else {
+        let scopes = file.key_scopes()?;
+        let host = gateway.host().clone();
+        Some(super::trust::Trust::new(
+            host,
+            args.host.trust.clone(),
+            scopes,
+        ))
+    };
     hangup::reload_on_hangup(
         gateway.clone(),
         trust.clone(),

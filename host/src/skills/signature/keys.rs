@@ -8,11 +8,14 @@
 //! (`ssh-ed25519 AAAA…` public keys, unencrypted `openssh-key-v1` secret
 //! keys).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use super::KeyScope;
 
 /// A short, stable identifier of an Ed25519 public key: wasmsign2's key id
 /// for it (HMAC-SHA-256 of the raw 32-byte key under `"key_id"`, first 12
@@ -42,6 +45,21 @@ impl Fingerprint {
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&hex::encode(self.0))
+    }
+}
+
+/// A fingerprint as it is shown: 24 hex digits.
+impl std::str::FromStr for Fingerprint {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let mut id = [0u8; 12];
+        hex::decode_to_slice(text, &mut id).map_err(|_| {
+            format!(
+                "`{text}` is not a key's fingerprint (24 hex digits, as `skillhost keygen` prints)"
+            )
+        })?;
+        Ok(Self(id))
     }
 }
 
@@ -389,6 +407,8 @@ impl TrustedKey {
 pub struct TrustStore {
     keys: Vec<TrustedKey>,
     duplicates: Vec<DuplicateKey>,
+    /// What a key may sign, for the keys limited to less than any skill.
+    scopes: BTreeMap<Fingerprint, KeyScope>,
 }
 
 /// A key the store was given again, from another source, and kept once.
@@ -411,6 +431,7 @@ impl TrustStore {
         Self {
             keys: Vec::new(),
             duplicates: Vec::new(),
+            scopes: BTreeMap::new(),
         }
     }
 
@@ -437,6 +458,7 @@ impl TrustStore {
         Ok(Self {
             keys: unique,
             duplicates,
+            scopes: BTreeMap::new(),
         })
     }
 
@@ -516,5 +538,18 @@ impl TrustStore {
     /// the order given.
     pub fn duplicates(&self) -> &[DuplicateKey] {
         &self.duplicates
+    }
+
+    /// Limits what `key` may sign to `scope`, in place of any scope given
+    /// before. A key of no scope signs any skill; a scope of a key the store
+    /// does not hold is kept, and applies if the key is.
+    pub fn with_scope(mut self, key: Fingerprint, scope: KeyScope) -> Self {
+        self.scopes.insert(key, scope);
+        self
+    }
+
+    /// What `key` may sign, when it is limited.
+    pub fn scope_of(&self, key: &Fingerprint) -> Option<&KeyScope> {
+        self.scopes.get(key)
     }
 }
