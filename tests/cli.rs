@@ -2691,6 +2691,17 @@ skills = ["processRefund", "inquire*"]
         reason.contains("its name `order_change` matches none"),
         "{reason}"
     );
+    // `inspect` says so of the file, as loading it would.
+    let mut inspect = work.command(&["inspect", "--json", "--config", "skillhost.toml"]);
+    inspect
+        .arg("--trust")
+        .arg(repo_root().join("keys/trusted"))
+        .arg(skill_file("processRefund"));
+    let (stdout, _) = expect_code(&output(&mut inspect).await, 0);
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["signature"]["status"], "out_of_scope", "{stdout}");
+    let reason = report["signature"]["reason"].as_str().unwrap();
+    assert!(reason.contains("it calls `applyRefund`"), "{reason}");
 
     let bad = "[[trust.scopes]]\nkey = \"demo\"\n";
     let mut skills = work.configured_command(bad, &["skills"], &bundled());

@@ -17,7 +17,7 @@ use skillhost::runtime::{
     Limits, LoadError, Runtime, RuntimeConfig, SkillComponent, compile, digest_of,
 };
 use skillhost::skills::FailureKind;
-use skillhost::skills::signature::{self, Fingerprint, SignatureError, Verified};
+use skillhost::skills::signature::{self, Fingerprint, SignatureError, SignaturePolicy, Verified};
 use skillhost::tools::ToolRegistry;
 
 use super::StandIns;
@@ -89,7 +89,9 @@ struct SignatureReport {
     /// The keys the signatures name (wasmsign2 key ids, which are
     /// fingerprints for keys `skillhost keygen` makes).
     key_ids: Vec<String>,
-    /// `trusted`, one of [`SignatureError::kind`], or `no_trust_store`.
+    /// `trusted`, one of [`SignatureError::kind`], `no_trust_store`, or
+    /// `out_of_scope` (signed by a trusted key whose `[[trust.scopes]]`
+    /// leaves this skill out).
     status: &'static str,
     /// The trusted keys that signed the file, in trust-store order.
     signers: Vec<Fingerprint>,
@@ -148,8 +150,9 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         .context("starting the sandbox")
         .map_err(config::name_sandbox_keys)?;
     let tools = StandIns::of(&file, "inspect").await?.with_fresh_shop()?;
-    if let Err(problem) = read_skill(&runtime, &tools, &bytes, &mut report).await {
-        report.error = Some(problem);
+    match read_skill(&runtime, &tools, &bytes, &mut report).await {
+        Ok(skill) => check_scope(args, &file, &skill, &mut report.signature)?,
+        Err(problem) => report.error = Some(problem),
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -188,6 +191,30 @@ fn signature_report(args: &InspectArgs, bytes: &[u8]) -> SignatureReport {
     }
 }
 
+/// Marks a file signed by a trusted key `out_of_scope` when the config
+/// file's `[[trust.scopes]]` leave `skill` out of that key's scope, as
+/// loading it would.
+fn check_scope(
+    args: &InspectArgs,
+    file: &ConfigFile,
+    skill: &SkillComponent,
+    signature: &mut SignatureReport,
+) -> anyhow::Result<()> {
+    let scopes = file.key_scopes()?;
+    let Some(signer) = signature.signers.first() else {
+        return Ok(());
+    };
+    if scopes.is_empty() {
+        return Ok(());
+    }
+    let policy = SignaturePolicy::Require(args.trust.scoped_store(&scopes)?);
+    if let Err(refusal) = policy.check_skill(Some(signer), skill.manifest()) {
+        signature.status = "out_of_scope";
+        signature.reason = Some(refusal.to_string());
+    }
+    Ok(())
+}
+
 fn refused(error: &SignatureError) -> (&'static str, String) {
     (error.kind(), error.to_string())
 }
@@ -200,7 +227,7 @@ async fn read_skill(
     tools: &ToolRegistry,
     bytes: &[u8],
     report: &mut Report,
-) -> Result<(), Problem> {
+) -> Result<SkillComponent, Problem> {
     check_preamble(bytes)?;
     let component = compile(runtime, bytes.to_vec())
         .await
@@ -235,7 +262,7 @@ async fn read_skill(
         test_cases: manifest.test_cases.len(),
         instructions_chars: skill.instructions().chars().count(),
     });
-    Ok(())
+    Ok(skill)
 }
 
 /// Refuses, before compiling, what is plainly not a component: other
