@@ -34,6 +34,13 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Trust can change while the host runs: give
+//! [`SkillHost::replace_signature_policy`] the store read again (a key
+//! added, rotated or revoked), and every skill is held to it at once —
+//! what a revoked key signed is unloaded, and does not run again in runs
+//! under way. A key may be limited to the skills and tools it signs for
+//! ([`TrustStore::with_scope`](crate::skills::signature::TrustStore::with_scope)).
+//!
 //! A [`SkillHost`] is cheap to clone; clones share everything. Hot reload
 //! (on unless [`SkillHostBuilder::hot_reload`] turns it off) and the
 //! forwarding of reload events stop when the last clone is dropped. The
