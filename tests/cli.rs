@@ -2807,7 +2807,7 @@ async fn serve_trusts_nothing_once_every_key_is_taken_out() {
 
 /// With hot reload, the trust directory is followed like the skills: a key
 /// file deleted stops trusting what it signed without a signal, and put
-/// back, trusts it again.
+/// back, trusts it again; a directory replaced whole is followed too.
 #[tokio::test]
 async fn serve_follows_its_trust_directory_when_it_changes() {
     let work = Workdir::new();
@@ -2840,6 +2840,21 @@ async fn serve_follows_its_trust_directory_when_it_changes() {
         "{said}"
     );
     assert_eq!(status().await, 200);
+
+    // The directory replaced whole, as a deployment does: what happens in
+    // the new one is followed from then on.
+    let next = work.path("trusted.new");
+    std::fs::create_dir(&next).unwrap();
+    std::fs::copy(work.path("alice.pub"), next.join("alice.pub")).unwrap();
+    std::fs::rename(&alice.trusted, work.path("trusted.old")).unwrap();
+    std::fs::rename(&next, &alice.trusted).unwrap();
+    // The same keys: nothing to say. Past the watch's settling time, the
+    // change below is one only a watch of the new directory sees.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    std::fs::remove_file(&alice.alice_pub).unwrap();
+    let said = said_next(&mut stderr, "trust store read again").await;
+    assert!(said.contains("1 taken out; 1 skill(s) unloaded"), "{said}");
+    assert_eq!(status().await, 404);
 }
 
 /// A build script may sign what it built again: the same key over the same

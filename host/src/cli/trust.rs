@@ -7,16 +7,16 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use notify::RecommendedWatcher;
 use tokio::sync::Mutex;
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
 use skillhost::skills::signature::{Fingerprint, KeyError, SignaturePolicy, TrustStore};
 
+use super::console;
+use super::follow::{self, Following};
 use super::serve::report_trust;
 use super::sign::{KeyScopes, TrustArgs};
-use super::{console, follow};
 
 /// The trust store of `--trust`, read again as a whole, one reading at a
 /// time: the last one read is the one in force.
@@ -98,7 +98,7 @@ impl Trust {
     /// Follows the files of `--trust`: reads the store again whenever what
     /// they hold differs from `seen` (taken before the store in force was
     /// read). Keep the returned watcher: dropping it stops the watch.
-    pub(crate) fn watch(&self, seen: Contents) -> anyhow::Result<RecommendedWatcher> {
+    pub(crate) fn watch(&self, seen: Contents) -> anyhow::Result<Following> {
         let paths = self.args.paths().to_vec();
         let dirs: Vec<PathBuf> = paths
             .iter()

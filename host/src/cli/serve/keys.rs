@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
-use notify::RecommendedWatcher;
 
 use skillhost::gateway::{ApiKey, Gateway};
 
-use crate::cli::{console, follow};
+use crate::cli::console;
+use crate::cli::follow::{self, Following};
 
 /// Longest name a key may go by: it is shown in events and logs.
 const MAX_NAME_CHARS: usize = 64;
@@ -98,7 +98,7 @@ pub(super) fn watch(
     file: PathBuf,
     read: Option<Vec<u8>>,
     on_change: impl Fn() + Send + 'static,
-) -> anyhow::Result<RecommendedWatcher> {
+) -> anyhow::Result<Following> {
     let dir = follow::parent_dir(&file);
     follow::watch(
         "the API keys file",
@@ -256,7 +256,7 @@ mod tests {
     }
 
     /// Calls of the watch's `on_change`, one message each.
-    fn watching(file: &Path, read: &[u8]) -> (RecommendedWatcher, mpsc::UnboundedReceiver<()>) {
+    fn watching(file: &Path, read: &[u8]) -> (Following, mpsc::UnboundedReceiver<()>) {
         let (called, calls) = mpsc::unbounded_channel();
         let watcher = watch(file.to_owned(), Some(read.to_vec()), move || {
             let _ = called.send(());
