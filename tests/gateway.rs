@@ -2797,10 +2797,10 @@ async fn mcp_clients_call_the_skills_and_their_writes_wait_for_approval() {
     let (status, initialized) = served.post("/mcp", rpc(1, "initialize", initialize)).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(initialized["result"]["protocolVersion"], "2025-06-18");
-    // Stateless: it cannot tell the client of a change.
+    // Told on the stream a GET opens (the next test).
     assert_eq!(
         initialized["result"]["capabilities"]["tools"]["listChanged"],
-        false
+        true
     );
     let (_, listed) = served.post("/mcp", rpc(2, "tools/list", json!({}))).await;
     let names: Vec<&str> = listed["result"]["tools"]
@@ -2885,4 +2885,55 @@ async fn mcp_clients_call_the_skills_and_their_writes_wait_for_approval() {
     let (status, garbled) = read(send("application/json", None, "{").await.unwrap()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(garbled["error"]["code"], -32700);
+}
+
+/// `GET /mcp`: the stream of the server's own messages tells a remote
+/// client when the skills change; a GET that does not take an event stream
+/// is refused, as is one from a web page of another origin.
+#[tokio::test]
+async fn mcp_clients_are_told_on_their_stream_when_the_skills_change() {
+    let served = Served::start(Setup::default()).await;
+    let open = |accept: &str| {
+        served
+            .http
+            .get(served.url("/mcp"))
+            .header("accept", accept)
+            .send()
+    };
+    let (status, refused) = read(open("application/json").await.unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("text/event-stream"),
+        "{refused}"
+    );
+    let elsewhere = served
+        .http
+        .get(served.url("/mcp"))
+        .header("accept", "text/event-stream")
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
+
+    let mut stream = open("text/event-stream").await.unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let staged = served.dir.path().join(".order_change.wasm.tmp");
+    std::fs::copy(skill_file("order_change"), &staged).unwrap();
+    std::fs::rename(&staged, served.dir.path().join("order_change.wasm")).unwrap();
+    let told = async {
+        let mut said = String::new();
+        while !said.contains("notifications/tools/list_changed") {
+            let chunk = stream.chunk().await.unwrap().expect("the stream goes on");
+            said.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        said
+    };
+    let said = tokio::time::timeout(Duration::from_secs(60), told)
+        .await
+        .expect("told of the change");
+    assert!(said.starts_with("event: message\ndata: {"), "{said}");
 }

@@ -25,8 +25,8 @@ use tokio::sync::{mpsc, oneshot};
 use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
-use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
-use skillhost::embed::{HostEvent, SkillHost};
+use skillhost::embed::SkillHost;
+use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
 
 use super::trust::{self, Trust};
 use super::{HostArgs, console};
@@ -274,14 +274,12 @@ impl Server {
         let out = self.out.clone();
         tokio::spawn(async move {
             loop {
-                match events.recv().await {
-                    Ok(HostEvent::Reload(_))
-                    | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        let changed = "notifications/tools/list_changed";
-                        let _ = out.send(json!({"jsonrpc": "2.0", "method": changed}));
+                match ToolsNews::of(&events.recv().await) {
+                    ToolsNews::Changed => {
+                        let _ = out.send(mcp::list_changed());
                     }
-                    Ok(_) => {}
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                    ToolsNews::Same => {}
+                    ToolsNews::Ended => return,
                 }
             }
         })

@@ -1,5 +1,5 @@
 //! The skills as the tools of an MCP server: the messages `skillhost mcp`
-//! (standard streams) and the gateway's `POST /mcp` (HTTP) both answer
+//! (standard streams) and the gateway's `/mcp` (HTTP) both answer and send
 //! with, so that the two transports describe and run skills alike.
 //!
 //! Each loaded skill is a tool named after it, its parameters the input
@@ -9,13 +9,44 @@
 //! `isError` that the client's model can read.
 
 use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
 
-use super::SkillHost;
+use super::{HostEvent, SkillHost};
 use crate::agent::CallOutcome;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 
 pub use crate::tools::mcp::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+
+/// What one of the host's events ([`SkillHost::subscribe`]) means to a
+/// client that follows the tools list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolsNews {
+    /// The skills changed (a reload), or events were missed that may have
+    /// changed them: send [`list_changed`].
+    Changed,
+    /// Nothing about the list.
+    Same,
+    /// The host is gone: no more news.
+    Ended,
+}
+
+impl ToolsNews {
+    /// What `received` from a host's event subscription means.
+    pub fn of(received: &Result<HostEvent, RecvError>) -> Self {
+        match received {
+            Ok(HostEvent::Reload(_)) | Err(RecvError::Lagged(_)) => Self::Changed,
+            Ok(_) => Self::Same,
+            Err(RecvError::Closed) => Self::Ended,
+        }
+    }
+}
+
+/// The notification that the tools changed, for the client to list them
+/// again.
+pub fn list_changed() -> Value {
+    json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+}
 
 /// The result of `initialize`: the client's protocol revision when this
 /// host speaks it, else the newest it does; `list_changed` when the

@@ -1,9 +1,10 @@
-//! `POST /mcp`: the skills as the tools of an MCP server over Streamable
-//! HTTP, for remote MCP clients, behind the API keys like every API route.
+//! `/mcp`: the skills as the tools of an MCP server over Streamable HTTP,
+//! for remote MCP clients, behind the API keys like every API route.
 //!
-//! Stateless: no session, and every answer a JSON body, never an event
-//! stream, so the client is not told when the tools change (it lists them
-//! again) and nothing is asked of it. A call is an invocation as at
+//! Stateless: no session. `POST` answers each message with a JSON body,
+//! never an event stream, so nothing is asked of the client. `GET` opens
+//! the stream of what the server says unasked: `notifications/tools/list_changed`
+//! whenever a reload changes the skills. A call is an invocation as at
 //! `POST /v1/skills/{name}/invoke`, on record under `/v1/runs/{id}` and
 //! acting for the request's caller: a write the confirmation policy holds
 //! parks the run, and the call's result says so, with the confirmation and
@@ -14,12 +15,14 @@
 //! then not send one without the preflight that CORS refuses, and one with
 //! an `Origin` that `cors_origins` does not list is refused outright.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -27,7 +30,10 @@ use super::openai::pending_text;
 use super::skills::{Invoked, drive_invocation, start_invocation};
 use super::{AppState, Mount, RunStart};
 use crate::agent::{CallOutcome, RunOptions};
-use crate::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, answer, error_answer};
+use crate::embed::mcp::{
+    self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews, answer, error_answer,
+    list_changed,
+};
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 
 /// Answers one JSON-RPC message.
@@ -63,9 +69,53 @@ pub async fn message(
     let params = message.get("params").cloned().unwrap_or(json!({}));
     let answered = match method {
         "tools/call" => call(&state, &mount, options, &id, &params).await,
-        other => mcp::answer_request(&state.host, &id, other, &params, false),
+        other => mcp::answer_request(&state.host, &id, other, &params, true),
     };
     Json(answered).into_response()
+}
+
+/// `GET /mcp`: the stream of the server's own messages, as server-sent
+/// events: `notifications/tools/list_changed` whenever a reload changes the
+/// skills (or events were missed). Ends when the gateway shuts down.
+pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let accepts_stream = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("text/event-stream"));
+    if !accepts_stream {
+        let reason = "GET opens the server's event stream: send Accept: text/event-stream";
+        return refused(StatusCode::NOT_ACCEPTABLE, INVALID_REQUEST, reason);
+    }
+    if let Err((status, reason)) = check_origin_and_version(&state, &headers) {
+        return refused(status, INVALID_REQUEST, &reason);
+    }
+    let receiver = state.host.subscribe();
+    let closing = state.closing.subscribe();
+    let news = futures::stream::unfold(
+        (receiver, closing),
+        |(mut receiver, mut closing)| async move {
+            loop {
+                let received = tokio::select! {
+                    _ = closing.wait_for(|closing| *closing) => return None,
+                    received = receiver.recv() => received,
+                };
+                match ToolsNews::of(&received) {
+                    ToolsNews::Changed => {
+                        let event = Event::default()
+                            .event("message")
+                            .data(list_changed().to_string());
+                        return Some((Ok::<_, Infallible>(event), (receiver, closing)));
+                    }
+                    ToolsNews::Same => {}
+                    ToolsNews::Ended => return None,
+                }
+            }
+        },
+    );
+    Sse::new(news)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Refuses a request of the wrong kind, or from a web page of an origin
@@ -82,6 +132,15 @@ fn check_headers(state: &AppState, headers: &HeaderMap) -> Result<(), (StatusCod
             "send the message as application/json".into(),
         ));
     }
+    check_origin_and_version(state, headers)
+}
+
+/// Refuses a request from a web page of an origin the gateway does not
+/// serve, or of a protocol revision it does not speak.
+fn check_origin_and_version(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<(), (StatusCode, String)> {
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = state
             .config

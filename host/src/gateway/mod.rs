@@ -18,6 +18,7 @@
 //! | `GET /v1/skills/{name}` | API | one skill |
 //! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
 //! | `POST /mcp` | API | the skills as MCP tools (Streamable HTTP, stateless, JSON answers): `initialize`, `tools/list`, `tools/call` (an invocation; a held write parks it and the result says where to approve) |
+//! | `GET /mcp` | API | SSE: `notifications/tools/list_changed` whenever a reload changes the skills (`Accept: text/event-stream`, else 406) |
 //! | `GET /v1/events` | admin | SSE: `reload`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
@@ -394,7 +395,7 @@ impl Gateway {
             .route("/v1/skills", get(skills::list))
             .route("/v1/skills/{name}", get(skills::get))
             .route("/v1/skills/{name}/invoke", post(skills::invoke))
-            .route("/mcp", post(mcp::message))
+            .route("/mcp", post(mcp::message).get(mcp::stream))
             .route_layer(from_fn_with_state(state.clone(), require_api_key));
         let admin = Router::new()
             .route("/v1/events", get(ops::events))
