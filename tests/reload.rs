@@ -1314,17 +1314,35 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
         }
     };
 
-    let changes = host.replace_signature_policy(trusting(&[&bob])).await;
+    let replaced = host.replace_signature_policy(trusting(&[&bob])).await;
     assert!(
         matches!(
-            changes[..],
+            replaced.reloads[..],
             [ReloadEvent {
                 outcome: ReloadOutcome::Untrusted { .. },
                 ..
             }]
         ),
-        "{changes:?}"
+        "{replaced:?}"
     );
+    let (alice_key, bob_key) = (
+        alice.public_key().fingerprint(),
+        bob.public_key().fingerprint(),
+    );
+    let trust = &replaced.trust;
+    assert_eq!(
+        (&trust.keys, &trust.added, &trust.removed),
+        (&vec![bob_key], &vec![bob_key], &vec![alice_key])
+    );
+    // Subscribers are told, before what it unloaded.
+    let told = loop {
+        match events.recv().await.unwrap() {
+            HostEvent::Trust(change) => break change,
+            HostEvent::Reload(reload) => panic!("a reload before the trust change: {reload:?}"),
+            _ => {}
+        }
+    };
+    assert_eq!(&told, trust);
     host.approve(pending.id.as_str()).unwrap();
     let CallOutcome::Failed { error } = run.result().await.unwrap().outcome else {
         panic!("the steps were stopped");

@@ -3,7 +3,6 @@
 //! change (`serve` at SIGHUP too), so that a key added, rotated or revoked
 //! takes effect without a restart.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,7 +10,7 @@ use tokio::sync::Mutex;
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
-use skillhost::skills::signature::{Fingerprint, KeyError, SignaturePolicy, TrustStore};
+use skillhost::skills::signature::{KeyError, SignaturePolicy, TrustStore};
 
 use super::console;
 use super::follow::{self, Following};
@@ -75,21 +74,21 @@ impl Trust {
             },
         };
         let policy = SignaturePolicy::Require(store);
-        let before = fingerprints(&self.host.skills().policy());
-        let after = fingerprints(&policy);
-        if before != after {
+        let replaced = self.host.replace_signature_policy(policy.clone()).await;
+        let trust = &replaced.trust;
+        if !trust.added.is_empty() || !trust.removed.is_empty() {
             report_trust(&policy);
         }
-        let events = self.host.replace_signature_policy(policy).await;
         let count = |wanted: fn(&ReloadOutcome) -> bool| {
-            events.iter().filter(|event| wanted(&event.outcome)).count()
+            let reloads = replaced.reloads.iter();
+            reloads.filter(|event| wanted(&event.outcome)).count()
         };
         console::say(&format!(
             "trust store read again: {} key(s), {} added, {} taken out; {} skill(s) unloaded as \
              no longer trusted, {} loaded",
-            after.len(),
-            after.difference(&before).count(),
-            before.difference(&after).count(),
+            trust.keys.len(),
+            trust.added.len(),
+            trust.removed.len(),
             count(|outcome| matches!(outcome, ReloadOutcome::Untrusted { .. })),
             count(|outcome| matches!(outcome, ReloadOutcome::Loaded)),
         ));
@@ -146,14 +145,4 @@ pub(crate) fn contents(paths: &[PathBuf]) -> Contents {
         }
     }
     Contents(read)
-}
-
-/// The keys `policy` trusts.
-fn fingerprints(policy: &SignaturePolicy) -> BTreeSet<Fingerprint> {
-    match policy {
-        SignaturePolicy::Require(store) => {
-            store.keys().iter().map(|key| key.fingerprint()).collect()
-        }
-        SignaturePolicy::AllowUnsigned => BTreeSet::new(),
-    }
 }

@@ -18,6 +18,7 @@ use crate::agent::{
     AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
     SkillPath,
 };
+use crate::skills::signature::{Fingerprint, SignaturePolicy};
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
 use crate::tools::ToolRegistry;
 
@@ -26,7 +27,7 @@ use crate::tools::ToolRegistry;
 const EVENT_BUFFER: usize = 1024;
 
 /// One thing that happened in a host, for [`SkillHost::subscribe`](super::SkillHost::subscribe).
-/// Serialized with a `type` field naming the variant (`reload`,
+/// Serialized with a `type` field naming the variant (`reload`, `trust`,
 /// `invocation`, `confirmation_pending`, `confirmation_resolved`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -34,6 +35,9 @@ const EVENT_BUFFER: usize = 1024;
 pub enum HostEvent {
     /// A skill file changed and the registry followed (or refused it).
     Reload(ReloadEvent),
+    /// The signature policy was replaced: a key added, rotated or revoked.
+    /// What that unloaded or loaded follows as reloads.
+    Trust(TrustChange),
     /// A skill invocation finished, whether the agent or a caller of
     /// [`SkillHost::invoke`](super::SkillHost::invoke) started it.
     Invocation(Invocation),
@@ -54,14 +58,53 @@ pub enum HostEvent {
 }
 
 impl HostEvent {
-    /// The `type` field: `reload`, `invocation`, `confirmation_pending` or
-    /// `confirmation_resolved` (the SSE event name in the gateway).
+    /// The `type` field: `reload`, `trust`, `invocation`,
+    /// `confirmation_pending` or `confirmation_resolved` (the SSE event name
+    /// in the gateway).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Reload(_) => "reload",
+            Self::Trust(_) => "trust",
             Self::Invocation(_) => "invocation",
             Self::ConfirmationPending(_) => "confirmation_pending",
             Self::ConfirmationResolved { .. } => "confirmation_resolved",
+        }
+    }
+}
+
+/// A signature policy replaced on a running host
+/// ([`SkillHost::replace_signature_policy`](super::SkillHost::replace_signature_policy)):
+/// what it trusts now, against what it trusted before.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TrustChange {
+    /// Whether signatures are checked (`false`: `AllowUnsigned`).
+    pub signatures_required: bool,
+    /// The keys trusted now.
+    pub keys: Vec<Fingerprint>,
+    /// Of those, the ones not trusted before.
+    pub added: Vec<Fingerprint>,
+    /// The keys trusted before and no longer.
+    pub removed: Vec<Fingerprint>,
+}
+
+impl TrustChange {
+    /// From what `before` trusted to what `after` does.
+    pub(super) fn between(before: &SignaturePolicy, after: &SignaturePolicy) -> Self {
+        let (old, keys) = (before.trusted_keys(), after.trusted_keys());
+        Self {
+            signatures_required: matches!(after, SignaturePolicy::Require(_)),
+            added: keys
+                .iter()
+                .filter(|key| !old.contains(key))
+                .copied()
+                .collect(),
+            removed: old
+                .iter()
+                .filter(|key| !keys.contains(key))
+                .copied()
+                .collect(),
+            keys,
         }
     }
 }
@@ -112,6 +155,25 @@ impl Observers {
             // A subscriber that left since is fine.
             let _ = self.events.send(make());
         }
+    }
+
+    /// Logs a replaced trust store (an audit trail of who is trusted) and
+    /// tells the subscribers.
+    pub(super) fn trust(&self, change: &TrustChange) {
+        let listed = |keys: &[Fingerprint]| {
+            keys.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        tracing::info!(
+            signatures_required = change.signatures_required,
+            keys = listed(&change.keys),
+            added = listed(&change.added),
+            removed = listed(&change.removed),
+            "trust store replaced"
+        );
+        self.publish(|| HostEvent::Trust(change.clone()));
     }
 
     pub(super) fn reload(&self, event: ReloadEvent, skills_loaded: usize) {

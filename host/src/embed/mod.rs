@@ -57,7 +57,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-pub use events::{HostEvent, Invocation};
+pub use events::{HostEvent, Invocation, TrustChange};
 pub use metrics::HostMetrics;
 
 use crate::agent::catalog::DisclosureConfig;
@@ -336,6 +336,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What [`SkillHost::replace_signature_policy`] did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct PolicyReplaced {
+    /// The keys trusted now, against before.
+    pub trust: TrustChange,
+    /// What changed in the skill files known ([`SkillRegistry::replace_policy`]).
+    pub reloads: Vec<ReloadEvent>,
+}
+
 /// A running host: invoke skills, run the agent, answer confirmations,
 /// subscribe to events, read metrics. Cheap to clone.
 #[derive(Clone)]
@@ -504,13 +514,16 @@ impl SkillHost {
 
     /// Replaces the signature policy skills are held to — a trust store
     /// with a key added, rotated or revoked — without a restart
-    /// ([`SkillRegistry::replace_policy`]): a skill whose signer the new
-    /// store no longer trusts is unloaded now, and a file refused for an
-    /// unknown key loads once its key is trusted. Runs under way finish on
-    /// the version they started with. What changed reaches subscribers as
-    /// reload events too.
-    pub async fn replace_signature_policy(&self, policy: SignaturePolicy) -> Vec<ReloadEvent> {
-        self.inner.skills.replace_policy(policy).await
+    /// ([`SkillRegistry::replace_policy`]): a skill the new policy no longer
+    /// admits is unloaded now (and runs under way do not run its code
+    /// again), and a file refused for an unknown key loads once its key is
+    /// trusted. Subscribers get the [`TrustChange`] (also logged, at info),
+    /// then what it changed as reload events.
+    pub async fn replace_signature_policy(&self, policy: SignaturePolicy) -> PolicyReplaced {
+        let trust = TrustChange::between(&self.inner.skills.policy(), &policy);
+        self.inner.observers.trust(&trust);
+        let reloads = self.inner.skills.replace_policy(policy).await;
+        PolicyReplaced { trust, reloads }
     }
 
     /// The tools.

@@ -184,6 +184,15 @@ impl SignaturePolicy {
         }
     }
 
+    /// The keys this policy trusts, in the store's order (none under
+    /// [`SignaturePolicy::AllowUnsigned`], which checks nothing).
+    pub fn trusted_keys(&self) -> Vec<Fingerprint> {
+        match self {
+            Self::Require(store) => store.keys().iter().map(TrustedKey::fingerprint).collect(),
+            Self::AllowUnsigned => Vec::new(),
+        }
+    }
+
     /// Whether content loaded earlier, signed by `signer`, passes this
     /// policy for its signer alone: a key of the store (`None`, content
     /// loaded without a check, passes only
