@@ -61,8 +61,8 @@ impl Trust {
                         .map(|path| path.display().to_string())
                         .collect();
                     console::warn(&format!(
-                        "no key is trusted any more ({} hold none): every skill is refused until \
-                         a key is trusted again",
+                        "no key is trusted any more (none in {}): every skill is refused until a \
+                         key is trusted again",
                         sources.join(", ")
                     ));
                     TrustStore::trusting_nothing()
