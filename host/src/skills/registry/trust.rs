@@ -101,10 +101,11 @@ impl SkillRegistry {
     }
 
     /// Tries the content `file` of `path`, refused as `failure`, under the
-    /// new `policy`: content refused for its signature loads if it passes
-    /// now; content refused only for its name, kept to take the name over,
-    /// is refused for its signature if it no longer passes. `None` when
-    /// nothing changed.
+    /// new `policy`: content refused for its signature or its key's scope
+    /// loads if it passes now; content refused only for its name, kept to
+    /// take the name over, is refused for its signature if it no longer
+    /// passes (one its key's scope no longer admits stays, and never takes
+    /// the name over). `None` when nothing changed.
     async fn retry_refused(
         &self,
         path: &Path,
