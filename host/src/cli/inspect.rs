@@ -22,6 +22,7 @@ use skillhost::tools::ToolRegistry;
 
 use super::StandIns;
 use super::config::{self, ConfigFile};
+use super::sign::KeyScopes;
 use super::sign::TrustArgs;
 
 /// `skillhost inspect`.
@@ -134,24 +135,29 @@ struct Problem {
 
 pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     let bytes = super::sign::read(&args.file)?;
+    // Not the file's problems: these fail the command before it reports.
+    let file = ConfigFile::load_or_default(args.config.as_deref())?;
+    let (signature, policy) = signature_report(args, &file.key_scopes()?, &bytes);
     let mut report = Report {
         file: args.file.clone(),
         size: bytes.len(),
         digest: digest_of(&bytes),
-        signature: signature_report(args, &bytes),
+        signature,
         imports: None,
         exports: None,
         manifest: None,
         error: None,
     };
-    // Not the file's problems: these fail the command before it reports.
-    let file = ConfigFile::load_or_default(args.config.as_deref())?;
     let runtime = Runtime::new(file.runtime_config(RuntimeConfig::default())?)
         .context("starting the sandbox")
         .map_err(config::name_sandbox_keys)?;
     let tools = StandIns::of(&file, "inspect").await?.with_fresh_shop()?;
     match read_skill(&runtime, &tools, &bytes, &mut report).await {
-        Ok(skill) => check_scope(args, &file, &skill, &mut report.signature)?,
+        Ok(skill) => {
+            if let Some(policy) = &policy {
+                check_scope(policy, &skill, &mut report.signature);
+            }
+        }
         Err(problem) => report.error = Some(problem),
     }
     if args.json {
@@ -168,13 +174,24 @@ pub async fn inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn signature_report(args: &InspectArgs, bytes: &[u8]) -> SignatureReport {
+/// What the trust store (with `scopes`) makes of the file's signature, and
+/// the policy of that store when it was read.
+fn signature_report(
+    args: &InspectArgs,
+    scopes: &KeyScopes,
+    bytes: &[u8],
+) -> (SignatureReport, Option<SignaturePolicy>) {
     let key_ids = signature::embedded_key_ids(bytes);
+    let mut policy = None;
     let verified: Result<Verified, (&'static str, String)> = match &key_ids {
         // Unsigned or unreadable: no trust store is needed to say so.
         Err(error) => Err(refused(error)),
-        Ok(_) => match args.trust.store() {
-            Ok(store) => store.verify(bytes).map_err(|error| refused(&error)),
+        Ok(_) => match args.trust.scoped_store(scopes) {
+            Ok(store) => {
+                let verified = store.verify(bytes).map_err(|error| refused(&error));
+                policy = Some(SignaturePolicy::Require(store));
+                verified
+            }
             Err(error) => Err(("no_trust_store", format!("{error:#}"))),
         },
     };
@@ -182,37 +199,27 @@ fn signature_report(args: &InspectArgs, bytes: &[u8]) -> SignatureReport {
         Ok(verified) => ("trusted", verified.signers, None),
         Err((status, reason)) => (status, Vec::new(), Some(reason)),
     };
-    SignatureReport {
+    let report = SignatureReport {
         signed: key_ids.is_ok(),
         key_ids: key_ids.unwrap_or_default(),
         status,
         signers,
         reason,
-    }
+    };
+    (report, policy)
 }
 
-/// Marks a file signed by a trusted key `out_of_scope` when the config
-/// file's `[[trust.scopes]]` leave `skill` out of that key's scope, as
-/// loading it would.
-fn check_scope(
-    args: &InspectArgs,
-    file: &ConfigFile,
-    skill: &SkillComponent,
-    signature: &mut SignatureReport,
-) -> anyhow::Result<()> {
-    let scopes = file.key_scopes()?;
+/// Marks a file signed by a trusted key `out_of_scope` when `policy` (the
+/// store with the config file's `[[trust.scopes]]`) leaves `skill` out of
+/// that key's scope, as loading it would.
+fn check_scope(policy: &SignaturePolicy, skill: &SkillComponent, signature: &mut SignatureReport) {
     let Some(signer) = signature.signers.first() else {
-        return Ok(());
+        return;
     };
-    if scopes.is_empty() {
-        return Ok(());
-    }
-    let policy = SignaturePolicy::Require(args.trust.scoped_store(&scopes)?);
     if let Err(refusal) = policy.check_skill(Some(signer), skill.manifest()) {
         signature.status = "out_of_scope";
         signature.reason = Some(refusal.to_string());
     }
-    Ok(())
 }
 
 fn refused(error: &SignatureError) -> (&'static str, String) {

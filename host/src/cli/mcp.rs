@@ -28,7 +28,6 @@ use skillhost::agent::{
 use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
 
-use super::trust::{self, Trust};
 use super::{HostArgs, console};
 
 #[derive(Debug, clap::Args)]
@@ -47,19 +46,14 @@ pub struct McpArgs {
 
 pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
-    // Before the store is read: a change made meanwhile is then followed.
-    let trust_seen = trust::contents(args.host.trust.paths());
     let settings = super::HostSettings::read(&args.host, &file, file.agent_config(None))?;
     super::serve::report_trust(&settings.policy);
-    let host = settings.start(&args.host, &file, !args.no_watch).await?;
+    let super::Started {
+        host,
+        trust_watch: _trust_watch,
+        ..
+    } = settings.start(&args.host, &file, !args.no_watch).await?;
     super::report_skills(&host, !args.no_watch, &file);
-    // Held while serving: dropping it ends the watch.
-    let _trust_watcher = if args.no_watch || args.host.allow_unsigned {
-        None
-    } else {
-        let trust = Trust::new(host.clone(), args.host.trust.clone(), file.key_scopes()?);
-        Some(trust.watch(trust_seen)?)
-    };
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),
         Err(why) => console::say(&format!("no LLM: skills without steps fail ({why})")),

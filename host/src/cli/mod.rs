@@ -26,6 +26,9 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::format::FmtSpan;
 
 use config::ConfigFile;
+use follow::Following;
+use sign::KeyScopes;
+use trust::Trust;
 
 use anyhow::Context;
 use skillhost::agent::AgentConfig;
@@ -117,10 +120,9 @@ impl HostArgs {
         Ok(&self.skills)
     }
 
-    /// `--trust` with the file's `[[trust.scopes]]`, unless
-    /// `--allow-unsigned`.
-    fn signature_policy(&self, file: &ConfigFile) -> anyhow::Result<SignaturePolicy> {
-        let scopes = file.key_scopes()?;
+    /// `--trust` with `scopes` (the config file's `[[trust.scopes]]`),
+    /// unless `--allow-unsigned`.
+    fn signature_policy(&self, scopes: &KeyScopes) -> anyhow::Result<SignaturePolicy> {
         if self.allow_unsigned {
             console::warn(
                 "--allow-unsigned: skill signatures are NOT verified; never use this outside \
@@ -128,7 +130,7 @@ impl HostArgs {
             );
             return Ok(SignaturePolicy::AllowUnsigned);
         }
-        Ok(SignaturePolicy::Require(self.trust.scoped_store(&scopes)?))
+        Ok(SignaturePolicy::Require(self.trust.scoped_store(scopes)?))
     }
 
     /// The runtime these arguments and `file` ask for: the library's
@@ -270,7 +272,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// file's HTTP tools, in its sandbox.
 async fn load_skills(args: &HostArgs, file: &ConfigFile) -> anyhow::Result<SkillRegistry> {
     // Settings first, so that a mistake in them creates no database.
-    let policy = args.signature_policy(file)?;
+    let policy = args.signature_policy(&file.key_scopes()?)?;
     let skills_dir = args.skills_dir()?;
     let runtime = Runtime::new(args.runtime_config(file)?).map_err(config::name_sandbox_keys)?;
     let http_tools = file.http_tools()?;
@@ -302,32 +304,50 @@ struct HostSettings {
     runtime: RuntimeConfig,
     http_tools: Vec<Arc<dyn Tool>>,
     agent: AgentConfig,
+    /// The config file's `[[trust.scopes]]`, and what the trust store was
+    /// read from, taken before it was read (a change made meanwhile is
+    /// then followed); `None` under `--allow-unsigned`.
+    trust: Option<(KeyScopes, trust::Contents)>,
+}
+
+/// A long-running host as [`HostSettings::start`] started it.
+struct Started {
+    host: SkillHost,
+    /// Its trust store, to read again; `None` under `--allow-unsigned`.
+    trust: Option<Trust>,
+    /// The watch of the trust store's files, with hot reload. Hold it while
+    /// serving: dropping it ends the watch.
+    trust_watch: Option<Following>,
 }
 
 impl HostSettings {
     fn read(args: &HostArgs, file: &ConfigFile, agent: AgentConfig) -> anyhow::Result<Self> {
+        let scopes = file.key_scopes()?;
+        let seen = (!args.allow_unsigned).then(|| trust::contents(args.trust.paths()));
         Ok(Self {
             http_tools: file.http_tools()?,
             skills_dir: args.skills_dir()?.to_owned(),
-            policy: args.signature_policy(file)?,
+            policy: args.signature_policy(&scopes)?,
             runtime: args.runtime_config(file)?,
             agent,
+            trust: seen.map(|seen| (scopes, seen)),
         })
     }
 
     /// The host over the demo shop on `--db` and the file's HTTP and MCP
-    /// tools, with the file's LLM, watching the skills when `hot_reload`.
+    /// tools, with the file's LLM, watching the skills and the trust store
+    /// when `hot_reload`.
     async fn start(
         self,
         args: &HostArgs,
         file: &ConfigFile,
         hot_reload: bool,
-    ) -> anyhow::Result<SkillHost> {
+    ) -> anyhow::Result<Started> {
         let env = |name: &str| std::env::var(name).ok();
         let mcp_tools = file.mcp_tools().await?;
         let db = Arc::new(DemoDb::open(&args.db)?);
         let http_tools = self.http_tools;
-        SkillHost::builder(self.skills_dir, self.policy)
+        let host = SkillHost::builder(self.skills_dir, self.policy)
             .runtime_config(self.runtime)
             .demo_tools(db)
             .register_tools(|tools| {
@@ -343,7 +363,24 @@ impl HostSettings {
             .build()
             .await
             .context("starting the host")
-            .map_err(config::name_sandbox_keys)
+            .map_err(config::name_sandbox_keys)?;
+        let (trust, trust_watch) = match self.trust {
+            None => (None, None),
+            Some((scopes, seen)) => {
+                let trust = Trust::new(host.clone(), args.trust.clone(), scopes);
+                let watch = if hot_reload {
+                    Some(trust.watch(seen)?)
+                } else {
+                    None
+                };
+                (Some(trust), watch)
+            }
+        };
+        Ok(Started {
+            host,
+            trust,
+            trust_watch,
+        })
     }
 }
 

@@ -152,7 +152,7 @@ async fn load_skills(
     stand_ins: &StandIns,
     runtime: Runtime,
 ) -> anyhow::Result<SkillRegistry> {
-    let policy = args.signature_policy(file)?;
+    let policy = args.signature_policy(&file.key_scopes()?)?;
     Ok(SkillRegistry::load_dir_with_progress(
         runtime,
         stand_ins.with_fresh_shop()?,

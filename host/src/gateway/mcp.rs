@@ -15,18 +15,18 @@
 //! then not send one without the preflight that CORS refuses, and one with
 //! an `Origin` that `cors_origins` does not list is refused outright.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::openai::pending_text;
+use super::ops::{Relay, host_event_stream};
 use super::skills::{Invoked, drive_invocation, start_invocation};
 use super::{AppState, Mount, RunStart};
 use crate::agent::{CallOutcome, RunOptions};
@@ -90,32 +90,16 @@ pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     if let Err((status, reason)) = check_origin_and_version(&state, &headers) {
         return refused(status, INVALID_REQUEST, &reason);
     }
-    let receiver = state.host.subscribe();
-    let closing = state.closing.subscribe();
-    let news = futures::stream::unfold(
-        (receiver, closing),
-        |(mut receiver, mut closing)| async move {
-            loop {
-                let received = tokio::select! {
-                    _ = closing.wait_for(|closing| *closing) => return None,
-                    received = receiver.recv() => received,
-                };
-                match ToolsNews::of(&received) {
-                    ToolsNews::Changed => {
-                        let event = Event::default()
-                            .event("message")
-                            .data(list_changed().to_string());
-                        return Some((Ok::<_, Infallible>(event), (receiver, closing)));
-                    }
-                    ToolsNews::Same => {}
-                    ToolsNews::Ended => return None,
-                }
-            }
-        },
-    );
-    Sse::new(news)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    host_event_stream(&state, |received| match ToolsNews::of(&received) {
+        ToolsNews::Changed => Relay::Send(
+            Event::default()
+                .event("message")
+                .data(list_changed().to_string()),
+        ),
+        ToolsNews::Same => Relay::Skip,
+        ToolsNews::Ended => Relay::End,
+    })
+    .into_response()
 }
 
 /// Refuses a request of the wrong kind, or from a web page of an origin

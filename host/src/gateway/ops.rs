@@ -16,8 +16,8 @@ use super::chat::answer_path;
 use super::errors::{ApiError, ApiPath};
 use super::openai::confirmation_json;
 use super::{AppState, Mount};
-use crate::embed::Health;
 use crate::embed::metrics::CONTENT_TYPE;
+use crate::embed::{Health, HostEvent};
 use crate::text;
 
 /// `GET /healthz`: always 200 while the process serves (liveness), with
@@ -98,27 +98,54 @@ pub async fn pending_confirmations(
 pub async fn events(
     State(state): State<Arc<AppState>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    host_event_stream(&state, |received| match received {
+        Ok(event) => Relay::Send(match serde_json::to_string(&event) {
+            Ok(data) => Event::default().event(event.kind()).data(data),
+            Err(error) => Event::default()
+                .event("error")
+                .data(json!({"error": error.to_string()}).to_string()),
+        }),
+        Err(RecvError::Lagged(missed)) => Relay::Send(
+            Event::default()
+                .event("lagged")
+                .data(json!({"missed": missed}).to_string()),
+        ),
+        Err(RecvError::Closed) => Relay::End,
+    })
+}
+
+/// What a stream of the host's events does with one thing received.
+pub(super) enum Relay {
+    Send(Event),
+    Skip,
+    End,
+}
+
+/// The host's events, as `relay` turns each into an SSE event (or none),
+/// until `relay` ends the stream or the gateway shuts down.
+pub(super) fn host_event_stream<R>(
+    state: &AppState,
+    relay: R,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<R>>
+where
+    R: Fn(Result<HostEvent, RecvError>) -> Relay + Send + 'static,
+{
     let receiver = state.host.subscribe();
     let closing = state.closing.subscribe();
     let stream = futures::stream::unfold(
-        (receiver, closing),
-        |(mut receiver, mut closing)| async move {
-            let event = tokio::select! {
-                _ = closing.wait_for(|closing| *closing) => return None,
-                received = receiver.recv() => match received {
-                    Ok(event) => match serde_json::to_string(&event) {
-                        Ok(data) => Event::default().event(event.kind()).data(data),
-                        Err(error) => Event::default()
-                            .event("error")
-                            .data(json!({"error": error.to_string()}).to_string()),
-                    },
-                    Err(RecvError::Lagged(missed)) => Event::default()
-                        .event("lagged")
-                        .data(json!({"missed": missed}).to_string()),
-                    Err(RecvError::Closed) => return None,
-                },
-            };
-            Some((Ok(event), (receiver, closing)))
+        (receiver, closing, relay),
+        |(mut receiver, mut closing, relay)| async move {
+            loop {
+                let received = tokio::select! {
+                    _ = closing.wait_for(|closing| *closing) => return None,
+                    received = receiver.recv() => received,
+                };
+                match relay(received) {
+                    Relay::Send(event) => return Some((Ok(event), (receiver, closing, relay))),
+                    Relay::Skip => {}
+                    Relay::End => return None,
+                }
+            }
         },
     );
     Sse::new(stream).keep_alive(KeepAlive::default())

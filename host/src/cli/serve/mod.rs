@@ -110,8 +110,6 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
-    // Before the store is read: a change made meanwhile is then followed.
-    let trust_seen = super::trust::contents(args.host.trust.paths());
     let settings = super::HostSettings::read(
         &args.host,
         &file,
@@ -139,7 +137,11 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     );
     // After every setting that needs no network: a mistake in them is
     // reported without waiting on an MCP server.
-    let host = settings.start(&args.host, &file, hot_reload).await?;
+    let super::Started {
+        host,
+        trust,
+        trust_watch: _trust_watch,
+    } = settings.start(&args.host, &file, hot_reload).await?;
     report_host(&host, hot_reload, &file);
     let gateway = Gateway::new(
         host,
@@ -171,20 +173,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             forward_headers: server.forward_headers(with_keys)?,
         },
     );
-    let trust = if args.host.allow_unsigned {
-        None
-    } else {
-        let scopes = file.key_scopes()?;
-        let host = gateway.host().clone();
-        Some(super::trust::Trust::new(
-            host,
-            args.host.trust.clone(),
-            scopes,
-        ))
-    };
     hangup::reload_on_hangup(
         gateway.clone(),
-        trust.clone(),
+        trust,
         args.api_keys.clone(),
         args.api_keys_file.clone(),
     )
@@ -197,10 +188,6 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
                 keys::reload(&gateway, &given, &path)
             })?)
         }
-        _ => None,
-    };
-    let _trust_watcher = match &trust {
-        Some(trust) if hot_reload => Some(trust.watch(trust_seen)?),
         _ => None,
     };
     let listen = match args.listen.or(server.listen) {
