@@ -1204,6 +1204,102 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
     chat.abort();
 }
 
+/// With `--runs-dir`, a skill invocation waiting for an approval outlives
+/// its process: the next `serve` on the directory holds it again under the
+/// same confirmation id, the approval runs the write once, and the run's
+/// record tells its requester the result.
+#[tokio::test]
+async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = Workdir::new();
+    let serve = || {
+        serving(work.host_command(
+            &["serve", "--listen", "127.0.0.1:0", "--runs-dir", "runs"],
+            &bundled(),
+        ))
+    };
+    let http = reqwest::Client::new();
+    let Serving {
+        child: mut first,
+        base,
+        mut stderr,
+        ..
+    } = serve().await;
+    let accepted: Value = http
+        .post(format!("{base}/v1/skills/processRefund/invoke"))
+        .json(&json!({"orderId": "88231", "reason": "broken"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(accepted["status"], "pending_confirmation", "{accepted:#}");
+    let (run, confirmation) = (&accepted["run"], &accepted["confirmation"]["id"]);
+    let kept = work
+        .path("runs")
+        .join(format!("{}.json", run.as_str().unwrap()));
+    assert!(kept.exists(), "the waiting run is not on disk");
+    let mode = std::fs::metadata(work.path("runs"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+
+    terminate(&first).await;
+    let status = first.wait().await.unwrap();
+    assert_eq!(status.code(), Some(0));
+    let said = read_to_end(&mut stderr).await;
+    assert!(
+        said.contains("1 run(s) waiting for an answer are kept in runs and wait again at the next start: applyRefund: orderId '88231', reason 'broken'")
+            && !said.contains("withdrawn"),
+        "{said}"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+
+    let Serving {
+        child: _second,
+        base,
+        stderr: _stderr,
+        ..
+    } = serve().await;
+    let waiting: Value = http
+        .get(format!("{base}/v1/confirmations"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(waiting["data"][0]["id"], *confirmation, "{waiting:#}");
+    assert_eq!(waiting["data"][0]["run"], *run);
+    let answer = http
+        .post(format!(
+            "{base}/v1/confirmations/{}",
+            confirmation.as_str().unwrap()
+        ))
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), reqwest::StatusCode::OK);
+    let done: Value = answer.json().await.unwrap();
+    assert_eq!(done["status"], "done", "{done:#}");
+    assert_eq!(done["run"], *run);
+    assert!(done["result"]["refundId"].is_string(), "{done:#}");
+    assert_eq!(work.refunds_of_88231(), 1);
+    assert!(!kept.exists(), "an answered run is still on disk");
+    let record: Value = http
+        .get(format!("{base}/v1/runs/{}", run.as_str().unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["status"], "done", "{record:#}");
+}
+
 /// `serve` takes the config file's MCP servers' tools: the agent behind
 /// the chat endpoint calls one; a server it cannot reach stops the start.
 #[tokio::test]

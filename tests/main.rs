@@ -5,6 +5,7 @@ mod agent_masking;
 mod agent_refund;
 mod cli;
 mod gateway;
+mod kept_runs;
 mod llm_client;
 mod mcp;
 mod observability;

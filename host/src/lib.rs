@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod embed;
 pub mod gateway;
+mod private_dir;
 mod recent;
 pub mod runtime;
 mod schema;

@@ -31,6 +31,7 @@ use super::activity::{Activity, Waiting};
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
 use super::ids::RunId;
+use super::kept::KeptConfirmation;
 use crate::recent::{KeptFor, Recent};
 use crate::text::clip;
 
@@ -391,9 +392,8 @@ impl Confirmations {
         policy: &ConfirmationPolicy,
     ) -> Ticket {
         let expiry = policy.expiry.min(MAX_EXPIRY);
-        let id = ConfirmationId::random();
         let pending = PendingConfirmation {
-            id: id.clone(),
+            id: ConfirmationId::random(),
             run,
             requested_by,
             caller,
@@ -404,10 +404,56 @@ impl Confirmations {
             approvers: policy.approvers_of(tool).cloned(),
             expires_at: SystemTime::now() + expiry,
         };
+        self.insert(pending, expiry)
+    }
+
+    /// Opens again the confirmation a kept run waited on when its host
+    /// stopped: the same id, call and expiry; who may approve it is what
+    /// `policy` says now. One that expired meanwhile is not opened: it is
+    /// on record as expired, and that is the resolution returned.
+    pub(super) fn reopen(
+        &self,
+        kept: &KeptConfirmation,
+        run: RunId,
+        requested_by: Option<String>,
+        caller: Caller,
+        policy: &ConfirmationPolicy,
+    ) -> Result<Ticket, Resolution> {
+        let expiry = kept
+            .expires_at
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .min(MAX_EXPIRY);
+        let pending = PendingConfirmation {
+            id: kept.id.clone(),
+            run,
+            requested_by,
+            caller,
+            tool: kept.tool.clone(),
+            summary: summarize(&kept.tool, &kept.arguments),
+            arguments: kept.arguments.clone(),
+            separate_approver: policy.separate_approver,
+            approvers: policy.approvers_of(&kept.tool).cloned(),
+            expires_at: kept.expires_at,
+        };
+        if expiry.is_zero() {
+            let expired = Resolution::Declined(Declined::Expired {
+                after: policy.expiry.min(MAX_EXPIRY),
+            });
+            let argument_bytes = pending.arguments.to_string().len();
+            let _slots = self.lock();
+            self.record(pending, argument_bytes, expired.clone());
+            return Err(expired);
+        }
+        Ok(self.insert(pending, expiry))
+    }
+
+    /// Holds `pending` until it is answered, or `expiry` from now.
+    fn insert(&self, pending: PendingConfirmation, expiry: Duration) -> Ticket {
         let (answer, receiver) = oneshot::channel();
         let argument_bytes = pending.arguments.to_string().len();
         self.lock().insert(
-            id.clone(),
+            pending.id.clone(),
             Slot {
                 pending: pending.clone(),
                 argument_bytes,

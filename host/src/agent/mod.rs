@@ -33,7 +33,9 @@
 //! leave the run, so an approver cannot change them; an unanswered
 //! confirmation expires as a rejection; a rejection is reported to the
 //! model as the call's result, and the model answers accordingly. A run
-//! dropped while it waits reports the confirmation withdrawn.
+//! dropped while it waits reports the confirmation withdrawn. A direct
+//! skill run whose steps wait can be kept on disk ([`RunStore`],
+//! [`AgentBuilder::keep_runs`]), so that the next process resumes it.
 //!
 //! # Invariants
 //!
@@ -60,6 +62,7 @@ mod config;
 mod confirm;
 mod events;
 mod ids;
+mod kept;
 mod react;
 mod run;
 mod service;
@@ -79,6 +82,7 @@ pub use confirm::{
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
+pub use kept::{ResumedRun, RunStore, RunStoreError, UnreadableRun};
 pub use run::{
     Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker, SkillOutput,
 };

@@ -22,7 +22,7 @@ use super::AgentError;
 use super::catalog::{Callable, Functions, Refusal};
 use super::events::{AgentEvent, CallOutcome, Caller};
 use super::llm::{ChatRequest, FinishReason, Message, ToolCall, ToolChoice};
-use super::run::RunContext;
+use super::run::{Ask, RunContext};
 use super::skill;
 use super::tokens;
 use super::transcript::{Transcript, load_result};
@@ -92,7 +92,9 @@ impl Scope for MainScope {
         let outcome = match run.catalog.resolve(&call.name, loaded) {
             Err(refusal) => return Ok(call.refuse(run, caller, refusal.to_string())),
             Ok(Callable::Tool(tool)) => {
-                let result = run.call_tool_reported(caller, &tool, call.arguments).await;
+                let result = run
+                    .call_tool_reported(caller, &tool, call.arguments, Ask::Anew)
+                    .await;
                 CallOutcome::of_tool(&tool, &result)
             }
             Ok(Callable::LoadSkill) => {
@@ -153,7 +155,7 @@ impl Scope for SkillScope<'_> {
             return Ok(call.refuse(run, caller, reason));
         }
         let result = run
-            .call_tool_reported(caller, &call.name, call.arguments)
+            .call_tool_reported(caller, &call.name, call.arguments, Ask::Anew)
             .await;
         Ok(CallOutcome::of_tool(&call.name, &result).to_tool_content())
     }

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
@@ -24,6 +24,7 @@ use super::catalog::Catalog;
 use super::confirm::{ConfirmationId, Confirmations, Decision, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
+use super::kept::{KeptConfirmation, KeptRun, KeptSteps, RunStore};
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
@@ -94,6 +95,8 @@ pub struct RunHandle<T> {
     skills: Arc<SkillSnapshot>,
     confirmations: Confirmations,
     milestones: Arc<Milestones>,
+    /// Where the run is kept while it waits, if it is.
+    kept: Option<Arc<RunStore>>,
     task: JoinHandle<Result<T, AgentError>>,
 }
 
@@ -196,6 +199,7 @@ impl<T: Send + 'static> RunHandle<T> {
             confirmations: run.agent.confirmations.clone(),
             events,
             milestones: run.milestones.clone(),
+            kept: run.kept.as_ref().map(|kept| kept.store.clone()),
             task: tokio::spawn(async move {
                 let (_end, _running) = (end, running);
                 body.await
@@ -234,9 +238,20 @@ impl<T: Send + 'static> RunHandle<T> {
             .map_err(|error| AgentError::Aborted(error.to_string()))?
     }
 
-    /// Stops the run; its pending confirmations are withdrawn.
+    /// Stops the run; its pending confirmations are withdrawn, and it is
+    /// no longer kept on disk.
     pub fn abort(&self) {
         self.task.abort();
+        if let Some(store) = &self.kept {
+            store.remove(&self.id);
+        }
+    }
+
+    /// Whether the run is kept on disk while it waits for a person
+    /// ([`AgentBuilder::keep_runs`](super::AgentBuilder::keep_runs)), so
+    /// that it outlives the process.
+    pub fn is_kept(&self) -> bool {
+        self.kept.is_some()
     }
 
     /// Drives the run to its end, answering each pending confirmation with
@@ -304,6 +319,18 @@ impl CallOutcome {
             },
         }
     }
+}
+
+/// How a call that needs a person's approval asks for it.
+pub(super) enum Ask<'a> {
+    /// With a new confirmation.
+    Anew,
+    /// With a new confirmation, the run written down while it waits (when
+    /// it is kept, see [`super::kept`]): the steps' journal so far.
+    Keeping(&'a Journal),
+    /// With the confirmation a kept run waited on when its host stopped:
+    /// the same id and expiry.
+    Again(&'a KeptConfirmation),
 }
 
 /// A confirmation its run waits on: reported resolved with its answer
@@ -374,6 +401,9 @@ pub(super) struct RunContext {
     tool_context: ToolContext,
     /// Who the run acts for ([`RunOptions::on_behalf_of`]).
     requested_by: Option<String>,
+    /// What the run keeps on disk while its steps wait for a person: set
+    /// for a direct skill run that may be kept ([`super::kept`]).
+    kept: Option<KeptSteps>,
 }
 
 /// How to start a run: [`Agent::start_with`](super::Agent::start_with),
@@ -427,6 +457,13 @@ impl RunOptions {
     }
 }
 
+impl RunOptions {
+    /// Whether the run's tools are handed nothing but what the run adds.
+    pub(super) fn context_is_empty(&self) -> bool {
+        self.context.is_empty()
+    }
+}
+
 impl RunContext {
     /// A run of `agent` over the current skills, and the receiver of its
     /// events.
@@ -434,10 +471,21 @@ impl RunContext {
         agent: Arc<AgentInner>,
         options: RunOptions,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
-        let (events, receiver) = mpsc::unbounded_channel();
         let snapshot = agent.skills.snapshot();
+        Self::open(agent, options, RunId::random(), snapshot, None)
+    }
+
+    /// A run `id` of `agent` over `snapshot`, keeping its steps on disk
+    /// while they wait when `kept` says how.
+    pub(super) fn open(
+        agent: Arc<AgentInner>,
+        options: RunOptions,
+        id: RunId,
+        snapshot: Arc<SkillSnapshot>,
+        kept: Option<KeptSteps>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
+        let (events, receiver) = mpsc::unbounded_channel();
         let catalog = agent.catalog_for(&snapshot);
-        let id = RunId::random();
         let tracker = agent
             .observer
             .as_ref()
@@ -461,6 +509,7 @@ impl RunContext {
             last_write: Mutex::default(),
             declined: Mutex::default(),
             requested_by,
+            kept,
         };
         (Arc::new(run), receiver)
     }
@@ -540,10 +589,11 @@ impl RunContext {
         caller: &Caller,
         tool: &str,
         arguments: Value,
+        ask: Ask<'_>,
     ) -> Result<Value, CallError> {
         let mut span = ToolCallSpan::open(caller.tool_caller(), tool);
         let result = self
-            .confirm_and_call(caller, tool, arguments, &mut span)
+            .confirm_and_call(caller, tool, arguments, ask, &mut span)
             .await;
         match &result {
             Ok(_) => span.finish(Ok(())),
@@ -579,6 +629,7 @@ impl RunContext {
         caller: &Caller,
         tool: &str,
         arguments: Value,
+        ask: Ask<'_>,
         span: &mut ToolCallSpan<'_>,
     ) -> Result<Value, CallError> {
         let registered = self
@@ -608,24 +659,46 @@ impl RunContext {
         }
         let policy = &self.agent.config.confirmation;
         if policy.requires(registered.spec()) {
-            let ticket = self.agent.confirmations.open(
-                self.id.clone(),
-                self.requested_by.clone(),
-                caller.clone(),
-                tool,
-                arguments.clone(),
-                policy,
-            );
-            self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
-            let waiting = Awaiting {
-                run: self,
-                id: Some(ticket.pending().id.clone()),
-                tool,
+            let confirmations = &self.agent.confirmations;
+            let ticket = match &ask {
+                Ask::Again(kept) => confirmations.reopen(
+                    kept,
+                    self.id.clone(),
+                    self.requested_by.clone(),
+                    caller.clone(),
+                    policy,
+                ),
+                Ask::Anew | Ask::Keeping(_) => Ok(confirmations.open(
+                    self.id.clone(),
+                    self.requested_by.clone(),
+                    caller.clone(),
+                    tool,
+                    arguments.clone(),
+                    policy,
+                )),
             };
-            let resolution = ticket.resolution().await;
+            let resolution = match ticket {
+                Ok(ticket) => {
+                    if let Ask::Keeping(journal) = ask {
+                        self.keep(journal, ticket.pending());
+                    }
+                    self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
+                    let waiting = Awaiting {
+                        run: self,
+                        id: Some(ticket.pending().id.clone()),
+                        tool,
+                    };
+                    let resolution = ticket.resolution().await;
+                    waiting.resolved(resolution.clone());
+                    resolution
+                }
+                // A kept run's confirmation that expired while no host ran.
+                Err(expired) => expired,
+            };
+            // Answered or expired: what follows is not asked again.
+            self.unkeep();
             let approved = matches!(resolution, Resolution::Approved { .. });
             span.confirmed(approved, resolution.by());
-            waiting.resolved(resolution.clone());
             if let Resolution::Declined(why) = resolution {
                 self.declined_calls().push((tool.to_owned(), why.clone()));
                 return Err(CallError::Declined(why));
@@ -658,6 +731,31 @@ impl RunContext {
         self.declined.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Writes the run down while it waits on `pending`, when it is kept:
+    /// its skill, input and `journal`. A run that cannot be written down
+    /// still waits, in memory alone; the log says so.
+    fn keep(&self, journal: &Journal, pending: &PendingConfirmation) {
+        let Some(steps) = &self.kept else { return };
+        let kept = KeptRun::new(
+            self.id.clone(),
+            self.requested_by.clone(),
+            steps,
+            journal.clone(),
+            KeptConfirmation::of(pending),
+        );
+        if let Err(error) = steps.store.save(&kept) {
+            tracing::warn!(run = %self.id, %error, dir = %steps.store.dir().display(),
+                "a run waiting for a person could not be kept on disk: a restart would lose it");
+        }
+    }
+
+    /// Takes what was kept of the run off disk: it does not wait any more.
+    pub(super) fn unkeep(&self) {
+        if let Some(kept) = &self.kept {
+            kept.store.remove(&self.id);
+        }
+    }
+
     fn last_write(&self) -> std::sync::MutexGuard<'_, Option<(String, String)>> {
         self.last_write
             .lock()
@@ -671,8 +769,9 @@ impl RunContext {
         caller: &Caller,
         tool: &str,
         arguments: Value,
+        ask: Ask<'_>,
     ) -> Result<Value, CallError> {
-        let result = self.call_tool(caller, tool, arguments.clone()).await;
+        let result = self.call_tool(caller, tool, arguments.clone(), ask).await;
         self.report(caller, tool, arguments, CallOutcome::of_tool(tool, &result));
         result
     }
@@ -714,14 +813,19 @@ pub(super) struct StepsDispatch {
 }
 
 /// The calls a skill's steps made in one invocation, across its attempts.
-#[derive(Default)]
+/// Serialized (for a kept run, see [`super::kept`]) it is what the next
+/// attempt replays: the answers and the WASI sources.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(super) struct Journal {
     /// The calls answered so far, in order.
     answered: Vec<AnsweredCall>,
     /// How many of them the current attempt has made again.
+    #[serde(skip)]
     replayed: usize,
     /// The call the current attempt was suspended at: a tool and its
     /// arguments, waiting for approval.
+    #[serde(skip)]
     parked: Option<(String, Value)>,
     /// The WASI randomness and clocks every attempt shares, from the first
     /// attempt that used WASI.
@@ -729,9 +833,12 @@ pub(super) struct Journal {
     /// How the current attempt's calls departed from the journal, if they
     /// did: from there on no call of the attempt runs, and the invocation
     /// fails ([`Journal::take_divergence`]).
+    #[serde(skip)]
     divergence: Option<String>,
 }
 
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct AnsweredCall {
     tool: String,
     arguments: Value,
@@ -864,7 +971,7 @@ impl ToolDispatch for StepsDispatch {
         let recorded = self.journaled.then(|| arguments.clone());
         let answer = self
             .run
-            .call_tool_reported(&caller, tool, arguments)
+            .call_tool_reported(&caller, tool, arguments, Ask::Anew)
             .await
             .map_err(|error| steps_error(tool, error));
         if let Some(arguments) = recorded {

@@ -8,13 +8,15 @@ use super::catalog::Catalog;
 use super::config::{AgentConfig, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
+use super::ids::RunId;
+use super::kept::{KeptRun, KeptSteps, ResumedRun, RunStore, UnreadableRun};
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
 use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, SkillOutput};
 use super::skill;
 use super::transcript::Transcript;
 use crate::runtime::InvokeError;
-use crate::skills::{SkillRegistry, SkillSnapshot};
+use crate::skills::{SkillRegistry, SkillSnapshot, SkillVersion};
 use crate::tools::ToolRegistry;
 
 /// Why a run could not start or did not finish.
@@ -99,6 +101,8 @@ pub(super) struct AgentInner {
     pub(super) config: AgentConfig,
     pub(super) confirmations: Confirmations,
     pub(super) observer: Option<RunObserver>,
+    /// Where direct skill runs are kept while their steps wait.
+    kept_runs: Option<Arc<RunStore>>,
     /// The catalog of the latest snapshot a run started on.
     catalog: Mutex<Option<(Arc<SkillSnapshot>, Arc<Catalog>)>>,
 }
@@ -144,6 +148,7 @@ pub struct AgentBuilder {
     config: AgentConfig,
     observer: Option<RunObserver>,
     confirmations: Confirmations,
+    kept_runs: Option<Arc<RunStore>>,
 }
 
 impl AgentBuilder {
@@ -179,6 +184,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Keeps direct skill runs whose steps wait for a person in `store`, so
+    /// that they outlive the process ([`super::kept`] says which runs, and
+    /// how); [`Agent::resume_kept_runs`] resumes what it holds.
+    pub fn keep_runs(mut self, store: Arc<RunStore>) -> Self {
+        self.kept_runs = Some(store);
+        self
+    }
+
     /// Opens the runs' confirmations in `confirmations`, which the caller
     /// already shares (the host's metrics read it before the agent exists).
     pub(crate) fn confirmations(mut self, confirmations: Confirmations) -> Self {
@@ -204,6 +217,7 @@ impl AgentBuilder {
                 config: self.config,
                 confirmations: self.confirmations,
                 observer: self.observer,
+                kept_runs: self.kept_runs,
                 catalog: Mutex::new(None),
             }),
         })
@@ -222,6 +236,7 @@ impl Agent {
             config: AgentConfig::default(),
             observer: None,
             confirmations: Confirmations::default(),
+            kept_runs: None,
         }
     }
 
@@ -332,9 +347,8 @@ impl Agent {
         input: Value,
         options: RunOptions,
     ) -> Result<RunHandle<SkillOutput>, AgentError> {
-        let (run, events) = RunContext::new(self.inner.clone(), options);
-        let skill = run
-            .snapshot
+        let snapshot = self.inner.skills.snapshot();
+        let skill = snapshot
             .get(name)
             .ok_or_else(|| AgentError::UnknownSkill(name.to_owned()))?
             .clone();
@@ -342,6 +356,19 @@ impl Agent {
             .component
             .validate_input(&input)
             .map_err(AgentError::InvalidInput)?;
+        // What the embedder attached cannot be written down (see `kept`).
+        let kept = self
+            .inner
+            .kept_runs
+            .clone()
+            .filter(|_| options.context_is_empty())
+            .map(|store| KeptSteps {
+                store,
+                skill: SkillVersion::of(&skill.component),
+                input: input.clone(),
+            });
+        let (run, events) =
+            RunContext::open(self.inner.clone(), options, RunId::random(), snapshot, kept);
         let body = {
             let run = run.clone();
             async move {
@@ -353,6 +380,68 @@ impl Agent {
             }
         };
         Ok(RunHandle::spawn(&run, events, body))
+    }
+
+    /// Where runs are kept while they wait ([`AgentBuilder::keep_runs`]).
+    pub fn run_store(&self) -> Option<&RunStore> {
+        self.inner.kept_runs.as_deref()
+    }
+
+    /// Resumes every run kept in the agent's store ([`AgentBuilder::keep_runs`]),
+    /// each under its own id and waiting again on its confirmation (same id,
+    /// same expiry), and returns them with the files that hold no run this
+    /// host can resume (left where they are, for a person to look at). A
+    /// run whose skill is no longer loaded, or changed, ends at once with
+    /// its skill failed, saying what already ran. Call it once, as the
+    /// host starts, inside a Tokio runtime.
+    pub fn resume_kept_runs(&self) -> (Vec<ResumedRun>, Vec<UnreadableRun>) {
+        let Some(store) = &self.inner.kept_runs else {
+            return (Vec::new(), Vec::new());
+        };
+        let (kept, unreadable) = store.load_all();
+        let runs = kept
+            .into_iter()
+            .map(|kept| self.resume(store, kept))
+            .collect();
+        (runs, unreadable)
+    }
+
+    fn resume(&self, store: &Arc<RunStore>, kept: KeptRun) -> ResumedRun {
+        let snapshot = self.inner.skills.snapshot();
+        let skill = snapshot.get(kept.skill.name.as_str()).cloned();
+        let options = match &kept.requested_by {
+            Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
+            None => RunOptions::new(),
+        };
+        let steps = KeptSteps {
+            store: store.clone(),
+            skill: kept.skill.clone(),
+            input: kept.input.clone(),
+        };
+        let skill_version = kept.skill.clone();
+        let requested_by = kept.requested_by.clone();
+        let (run, events) = RunContext::open(
+            self.inner.clone(),
+            options,
+            kept.run.clone(),
+            snapshot,
+            Some(steps),
+        );
+        let body = {
+            let run = run.clone();
+            async move {
+                let outcome = skill::resume(&run, skill.as_ref(), kept).await?;
+                Ok(SkillOutput {
+                    outcome,
+                    stats: run.stats(),
+                })
+            }
+        };
+        ResumedRun {
+            skill: skill_version,
+            requested_by,
+            run: RunHandle::spawn(&run, events, body),
+        }
     }
 }
 

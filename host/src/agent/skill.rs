@@ -16,9 +16,10 @@ use serde_json::Value;
 
 use super::AgentError;
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, SkillPath};
+use super::kept::{KeptConfirmation, KeptRun};
 use super::llm::Message;
 use super::react::{Loop, SkillScope};
-use super::run::{Journal, RunContext, StepsDispatch, steps_error};
+use super::run::{Ask, Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
 use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
 use crate::skills::signature::NotAdmitted;
@@ -37,13 +38,84 @@ pub(super) async fn invoke(
     loaded: &LoadedSkill,
     input: Value,
 ) -> Result<CallOutcome, AgentError> {
-    let skill = &loaded.component;
-    let name = skill.name().clone();
-    let path = if skill.manifest().has_steps && run.agent.config.use_steps {
+    let path = if loaded.component.manifest().has_steps && run.agent.config.use_steps {
         SkillPath::Steps
     } else {
         SkillPath::Llm
     };
+    invoke_on(run, loaded, input, path, StepsStart::Anew).await
+}
+
+/// Resumes a kept run's skill ([`super::kept`]): the call it waited on is
+/// asked again, then its steps run on from the journal, as in [`invoke`].
+/// `loaded` is the skill of that name now loaded, if any: other code than
+/// the kept digest is not run.
+pub(super) async fn resume(
+    run: &Arc<RunContext>,
+    loaded: Option<&LoadedSkill>,
+    kept: KeptRun,
+) -> Result<CallOutcome, AgentError> {
+    let KeptRun {
+        skill,
+        input,
+        journal,
+        waiting,
+        ..
+    } = kept;
+    let changed = match loaded {
+        None => Some("it is no longer loaded".to_owned()),
+        Some(loaded) if loaded.component.digest() != skill.digest => Some(format!(
+            "it changed while the run waited ({}, now {})",
+            skill.digest,
+            loaded.component.digest()
+        )),
+        Some(_) => None,
+    };
+    let outcome = match (loaded, changed) {
+        (Some(loaded), None) => {
+            let start = StepsStart::Kept {
+                journal,
+                waiting: &waiting,
+            };
+            invoke_on(run, loaded, input, SkillPath::Steps, start).await?
+        }
+        (_, changed) => {
+            run.emit(AgentEvent::SkillStarted {
+                skill: skill.name.clone(),
+                input,
+                path: SkillPath::Steps,
+            });
+            let outcome = CallOutcome::Failed {
+                error: format!(
+                    "skill `{}` was not run again after its host restarted: {}; already \
+                     executed: {}",
+                    skill.name,
+                    changed.unwrap_or_default(),
+                    executed(&journal.ran())
+                ),
+            };
+            run.emit(AgentEvent::SkillFinished {
+                skill: skill.name,
+                outcome: outcome.clone(),
+            });
+            outcome
+        }
+    };
+    // However it ended, it does not wait any more.
+    run.unkeep();
+    Ok(outcome)
+}
+
+/// [`invoke`] on `path`, the steps starting from `start`.
+async fn invoke_on(
+    run: &Arc<RunContext>,
+    loaded: &LoadedSkill,
+    input: Value,
+    path: SkillPath,
+    start: StepsStart<'_>,
+) -> Result<CallOutcome, AgentError> {
+    let skill = &loaded.component;
+    let name = skill.name().clone();
     run.emit(AgentEvent::SkillStarted {
         skill: name.clone(),
         input: input.clone(),
@@ -54,7 +126,7 @@ pub(super) async fn invoke(
             error: format!("skill `{name}` was not run: {why}"),
         },
         (None, SkillPath::Llm) => sub_agent(run, skill, &input, None).await?,
-        (None, SkillPath::Steps) => match run_steps(run, loaded, &input).await {
+        (None, SkillPath::Steps) => match run_steps(run, loaded, &input, start).await {
             Ok(report) => match report.outcome {
                 RunOutcome::Done(result) => CallOutcome::Done { result },
                 RunOutcome::Handover(note) => {
@@ -75,6 +147,18 @@ pub(super) async fn invoke(
         outcome: outcome.clone(),
     });
     Ok(outcome)
+}
+
+/// Where a skill's deterministic steps start.
+enum StepsStart<'a> {
+    /// From nothing.
+    Anew,
+    /// From what a kept run wrote down: its journal, and the call it waited
+    /// on, which is asked again first.
+    Kept {
+        journal: Journal,
+        waiting: &'a KeptConfirmation,
+    },
 }
 
 /// A skill's result as the main model reads it, followed by what a person
@@ -152,10 +236,35 @@ async fn run_steps(
     run: &Arc<RunContext>,
     loaded: &LoadedSkill,
     input: &Value,
+    start: StepsStart<'_>,
 ) -> Result<RunReport, StepsFailed> {
     let skill = &loaded.component;
-    let mut journal = Journal::default();
+    let caller = Caller::Skill(skill.name().clone());
+    // The call to confirm and make before the next attempt, and the kept
+    // confirmation it is asked with again, if it is.
+    let (mut journal, mut waiting) = match start {
+        StepsStart::Anew => (Journal::default(), None),
+        StepsStart::Kept { journal, waiting } => (
+            journal,
+            Some((
+                waiting.tool.clone(),
+                waiting.arguments.clone(),
+                Some(waiting),
+            )),
+        ),
+    };
     loop {
+        if let Some((tool, arguments, kept)) = waiting.take() {
+            let ask = match kept {
+                Some(kept) => Ask::Again(kept),
+                None => Ask::Keeping(&journal),
+            };
+            let answer = run
+                .call_tool_reported(&caller, &tool, arguments.clone(), ask)
+                .await
+                .map_err(|error| steps_error(&tool, error));
+            journal.record(tool, arguments, answer);
+        }
         if journal.answered_any()
             && let Some(why) = untrusted(run, loaded)
         {
@@ -184,12 +293,7 @@ async fn run_steps(
         else {
             return Ok(result?);
         };
-        let caller = Caller::Skill(skill.name().clone());
-        let answer = run
-            .call_tool_reported(&caller, &tool, arguments.clone())
-            .await
-            .map_err(|error| steps_error(&tool, error));
-        journal.record(tool, arguments, answer);
+        waiting = Some((tool, arguments, None));
     }
 }
 

@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +92,8 @@ pub struct ServerSection {
     pub header_timeout_secs: Option<NonZeroU64>,
     pub max_connections: Option<NonZeroUsize>,
     pub shutdown_grace_secs: Option<u64>,
+    /// `--runs-dir`: where runs waiting for a person are kept.
+    pub runs_dir: Option<PathBuf>,
     pub max_parked_runs: Option<usize>,
     pub max_parked_runs_per_principal: Option<usize>,
     pub allowed_hosts: Option<Vec<String>>,

@@ -52,7 +52,9 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
         host,
         trust_watch: _trust_watch,
         ..
-    } = settings.start(&args.host, &file, !args.no_watch).await?;
+    } = settings
+        .start(&args.host, &file, !args.no_watch, None)
+        .await?;
     super::report_skills(&host, !args.no_watch, &file);
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),

@@ -342,12 +342,17 @@ impl HostSettings {
         args: &HostArgs,
         file: &ConfigFile,
         hot_reload: bool,
+        runs_dir: Option<&Path>,
     ) -> anyhow::Result<Started> {
         let env = |name: &str| std::env::var(name).ok();
         let mcp_tools = file.mcp_tools().await?;
         let db = Arc::new(DemoDb::open(&args.db)?);
         let http_tools = self.http_tools;
-        let host = SkillHost::builder(self.skills_dir, self.policy)
+        let mut host = SkillHost::builder(self.skills_dir, self.policy);
+        if let Some(dir) = runs_dir {
+            host = host.keep_runs(dir);
+        }
+        let host = host
             .runtime_config(self.runtime)
             .demo_tools(db)
             .register_tools(|tools| {

@@ -3,7 +3,7 @@
 //! [`SkillHost::builder`].
 //!
 //! ```no_run
-//! use std::sync::Arc;
+//! use std::sync::{Arc, Mutex, PoisonError};
 //!
 //! use serde_json::json;
 //! use skillhost::agent::Decision;
@@ -51,7 +51,7 @@ pub mod mcp;
 pub mod metrics;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -64,7 +64,8 @@ use crate::agent::catalog::DisclosureConfig;
 use crate::agent::llm::{ConfigError, LlmClient, LlmConfig, LlmError, Message};
 use crate::agent::{
     Agent, AgentConfig, AgentError, ConfirmError, ConfirmationPolicy, Confirmations, Decision,
-    PendingConfirmation, RunHandle, RunOptions, RunOutput, SkillOutput, UnknownPolicyTool,
+    PendingConfirmation, ResumedRun, RunHandle, RunOptions, RunOutput, RunStore, RunStoreError,
+    SkillOutput, UnknownPolicyTool,
 };
 use crate::runtime::{Limits, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
@@ -100,6 +101,9 @@ pub enum BuildError {
     /// The confirmation policy names a tool that is not registered.
     #[error(transparent)]
     Policy(#[from] UnknownPolicyTool),
+    /// The directory to keep waiting runs in cannot be used.
+    #[error(transparent)]
+    KeptRuns(#[from] RunStoreError),
 }
 
 /// Why a host has no LLM, phrased as how to configure one.
@@ -131,6 +135,7 @@ pub struct SkillHostBuilder {
     agent: AgentConfig,
     hot_reload: bool,
     load_progress: Option<Box<dyn FnMut(LoadProgress) + Send>>,
+    kept_runs: Option<PathBuf>,
 }
 
 impl SkillHostBuilder {
@@ -253,6 +258,17 @@ impl SkillHostBuilder {
         self
     }
 
+    /// Keeps skill invocations whose steps wait for a person in `dir`
+    /// (created for this user alone), so that they outlive the process: the
+    /// next host built on `dir` resumes them, their confirmations pending
+    /// again under the same ids ([`SkillHost::take_resumed_runs`]). Which
+    /// runs are kept, and how: [`crate::agent::RunStore`]. Default: none,
+    /// runs waiting for a person end with the process.
+    pub fn keep_runs(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kept_runs = Some(dir.into());
+        self
+    }
+
     /// Starts the sandbox, loads the skills directory (in parallel; files
     /// that fail are reported in [`SkillSnapshot::failures`]) and, with hot
     /// reload, starts watching it. Call inside a Tokio runtime.
@@ -262,6 +278,7 @@ impl SkillHostBuilder {
         }
         // Before any work: a policy mistake starts nothing.
         self.agent.confirmation.check(&self.tools)?;
+        let kept_runs = self.kept_runs.map(RunStore::open).transpose()?;
         let llm = match self.llm {
             LlmSetup::None => Err(NoLlm(AgentError::NotConfigured.to_string())),
             LlmSetup::FromLookup(lookup) => match LlmConfig::from_lookup(lookup) {
@@ -313,9 +330,15 @@ impl SkillHostBuilder {
         if let Ok(llm) = &llm {
             agent = agent.llm(llm.clone());
         }
+        if let Some(store) = kept_runs {
+            agent = agent.keep_runs(Arc::new(store));
+        }
+        let agent = agent.build()?;
+        let resumed = resume_kept_runs(&agent);
         Ok(SkillHost {
             inner: Arc::new(Inner {
-                agent: agent.build()?,
+                agent,
+                resumed: Mutex::new(resumed),
                 skills,
                 skills_dir: self.skills_dir,
                 llm,
@@ -325,6 +348,21 @@ impl SkillHostBuilder {
             }),
         })
     }
+}
+
+/// Resumes the runs `agent` keeps, saying in the log what it resumed and
+/// which files it could not.
+fn resume_kept_runs(agent: &Agent) -> Vec<ResumedRun> {
+    let (resumed, unreadable) = agent.resume_kept_runs();
+    for file in unreadable {
+        tracing::warn!(file = %file.path.display(), reason = %file.reason,
+            "a kept run could not be resumed; the file is left where it is");
+    }
+    for kept in &resumed {
+        tracing::info!(run = %kept.run.id, skill = %kept.skill,
+            "a kept run resumed: it waits again for its answer");
+    }
+    resumed
 }
 
 /// Aborts a background task when dropped.
@@ -355,6 +393,8 @@ pub struct SkillHost {
 
 struct Inner {
     agent: Agent,
+    /// The kept runs resumed as the host started, until taken.
+    resumed: Mutex<Vec<ResumedRun>>,
     skills: Arc<SkillRegistry>,
     skills_dir: PathBuf,
     llm: Result<LlmClient, NoLlm>,
@@ -379,6 +419,7 @@ impl SkillHost {
             agent: AgentConfig::default(),
             hot_reload: true,
             load_progress: None,
+            kept_runs: None,
         }
     }
 
@@ -390,6 +431,27 @@ impl SkillHost {
     /// runs is the one loaded now, whatever reloads follow
     /// ([`RunHandle::skills`]). The run is a task of its own: like
     /// [`SkillHost::chat`], call it inside a Tokio runtime.
+    /// Where runs waiting for a person are kept
+    /// ([`SkillHostBuilder::keep_runs`]), if they are.
+    pub fn run_store(&self) -> Option<&RunStore> {
+        self.inner.agent.run_store()
+    }
+
+    /// The runs kept on disk by an earlier host on the same directory
+    /// ([`SkillHostBuilder::keep_runs`]) and resumed as this one started:
+    /// each waits again on its confirmation (answer it as any other), or
+    /// ended at once when its skill changed meanwhile. Taken once; a run
+    /// not taken goes on all the same.
+    pub fn take_resumed_runs(&self) -> Vec<ResumedRun> {
+        std::mem::take(
+            &mut self
+                .inner
+                .resumed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
     pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
         self.inner.agent.start_skill(name, input)
     }

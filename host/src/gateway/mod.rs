@@ -365,16 +365,22 @@ impl Gateway {
             total: config.max_parked_runs,
             per_principal: config.max_parked_runs_per_principal,
         }));
-        Self {
-            state: Arc::new(AppState {
-                host,
-                config,
-                keys,
-                parking,
-                ledger: Arc::default(),
-                closing: watch::Sender::new(false),
-            }),
+        let state = Arc::new(AppState {
+            host,
+            config,
+            keys,
+            parking,
+            ledger: Arc::default(),
+            closing: watch::Sender::new(false),
+        });
+        // Runs the host resumed from disk are parked here as they wait
+        // (outside a Tokio runtime, they are left to the host).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            for run in state.host.take_resumed_runs() {
+                runtime.spawn(skills::adopt(state.clone(), run));
+            }
         }
+        Self { state }
     }
 
     /// The routes, with their guards and limits. Mount it in an

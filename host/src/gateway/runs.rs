@@ -140,6 +140,18 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
         }
     }
 
+    /// Whether the run is kept on disk while it waits ([`RunHandle::is_kept`]).
+    pub fn is_kept(&self) -> bool {
+        self.handle.as_ref().is_some_and(RunHandle::is_kept)
+    }
+
+    /// On record in the ledger from now, for `owner`, whether or not it
+    /// waits: a run resumed from disk, whose requester looks it up by id.
+    pub fn on_record(mut self, owner: Option<String>) -> Self {
+        self.on_record = Some(OnRecord { owner });
+        self
+    }
+
     /// The run's id, while the run is held.
     pub fn id(&self) -> Option<&RunId> {
         self.handle.as_ref().map(|handle| &handle.id)
@@ -342,9 +354,22 @@ pub trait Resume: Send + Sized + 'static {
     /// nobody; its events went to the host's observers) or to its next
     /// confirmation, where it waits again.
     fn resume(self) -> impl Future<Output = Option<(PendingConfirmation, Self)>> + Send;
+
+    /// Drops the run as its parking goes: a run kept on disk
+    /// ([`RunHandle::is_kept`]) is not aborted, so it stays on disk for the
+    /// next start; any other is.
+    fn let_go(self) {}
 }
 
 impl Resume for Parked {
+    fn let_go(self) {
+        if let Self::Invoke(mut invoke) = self
+            && invoke.run.is_kept()
+        {
+            invoke.abort_on_drop(false);
+        }
+    }
+
     async fn resume(self) -> Option<(PendingConfirmation, Self)> {
         match self.answered() {
             Self::Chat(ChatRun { run, meta }) => {
@@ -461,10 +486,22 @@ impl<R> Table<R> {
 
 /// Parked runs by confirmation id, within [`ParkingLimits`]. A run dropped
 /// here is aborted (see [`OwnedRun`]'s drop): no one could take it back, so
-/// it spends no more tokens.
-pub struct Parking<R = Parked> {
+/// it spends no more tokens. When the parking itself goes (with its
+/// gateway, at shutdown), a run kept on disk is let go instead
+/// ([`Resume::let_go`]), to wait again at the next start.
+pub struct Parking<R: Resume = Parked> {
     table: Mutex<Table<R>>,
     limits: ParkingLimits,
+}
+
+impl<R: Resume> Drop for Parking<R> {
+    fn drop(&mut self) {
+        let table = std::mem::take(&mut self.lock().runs);
+        for (_, entry) in table {
+            entry.follower.abort();
+            entry.run.let_go();
+        }
+    }
 }
 
 impl<R: Resume> Parking<R> {

@@ -414,44 +414,15 @@ fn open_cache(dir: &std::path::Path) -> anyhow::Result<Cache> {
     // wasmtime requires an absolute path.
     let dir = std::path::absolute(dir)
         .with_context(|| format!("compilation cache directory {}", dir.display()))?;
-    guard_cache_dir(&dir)
+    // A cache entry is native code the engine runs without checking it (its
+    // key, the hash of a signed component, is public).
+    crate::private_dir::ensure(&dir, 0o022, "compiled skills run from it unchecked")
         .with_context(|| format!("compilation cache directory {}", dir.display()))?;
     let mut cache = CacheConfig::new();
     cache.with_directory(dir.clone());
     Cache::new(cache)
         .map_err(anyhow::Error::from)
         .with_context(|| format!("compilation cache directory {}", dir.display()))
-}
-
-/// Creates `dir` for this user alone when missing, and refuses it when
-/// another user could write to it. A cache entry is native code the engine
-/// runs without checking it (its key, the hash of a signed component, is
-/// public): whoever can write the directory can run code in every skill
-/// that passed its signature check.
-fn guard_cache_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let metadata = std::fs::metadata(dir)?;
-    // The process's own directory belongs to the user it runs as (Linux).
-    if let Ok(process) = std::fs::metadata("/proc/self") {
-        anyhow::ensure!(
-            metadata.uid() == process.uid(),
-            "it belongs to user {}, not to the user running skillhost ({}); compiled skills \
-             run from it unchecked, so it must be this user's own",
-            metadata.uid(),
-            process.uid()
-        );
-    }
-    anyhow::ensure!(
-        metadata.mode() & 0o022 == 0,
-        "its group or other users may write to it (mode {:o}); compiled skills run from it \
-         unchecked, so only its owner may (chmod go-w)",
-        metadata.mode() & 0o7777
-    );
-    Ok(())
 }
 
 /// Advances the engine's epoch every [`EPOCH_TICK`] until the engine is

@@ -192,7 +192,12 @@ impl StdoutStream for CapturedOutput {
 /// random bytes, and its first clock readings are those the first attempt
 /// took, in order (up to 4096 per clock); past them the
 /// clocks are live again (and recorded).
-#[derive(Clone)]
+///
+/// Serialized (for a run kept on disk while it waits for a person), it is
+/// the seed and the readings so far: whoever reads it can tell the guest's
+/// random bytes, so it is kept only where the host's own state is.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(into = "SourcesRecord", try_from = "SourcesRecord")]
 pub struct WasiSources {
     seed: [u8; 32],
     /// The monotonic clock's zero, shared so that it never goes back from
@@ -234,6 +239,53 @@ impl WasiSources {
             .monotonic_clock(Replayed::new(&self.monotonic, move || {
                 u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
             }));
+    }
+}
+
+/// [`WasiSources`] as written down.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SourcesRecord {
+    /// 64 hex digits.
+    seed: String,
+    wall: Vec<Duration>,
+    /// Nanoseconds since the monotonic clock's zero.
+    monotonic: Vec<u64>,
+}
+
+impl From<WasiSources> for SourcesRecord {
+    fn from(sources: WasiSources) -> Self {
+        fn recorded<T: Clone>(readings: &Mutex<Vec<T>>) -> Vec<T> {
+            readings
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        }
+        Self {
+            seed: hex::encode(sources.seed),
+            wall: recorded(&sources.wall),
+            monotonic: recorded(&sources.monotonic),
+        }
+    }
+}
+
+impl TryFrom<SourcesRecord> for WasiSources {
+    type Error = String;
+
+    fn try_from(record: SourcesRecord) -> Result<Self, String> {
+        let mut seed = [0; 32];
+        hex::decode_to_slice(&record.seed, &mut seed)
+            .map_err(|error| format!("seed: {error} (64 hex digits expected)"))?;
+        // The clock's zero is placed so that it reads on from the last
+        // reading: it never goes back, here or in a later attempt.
+        let elapsed = Duration::from_nanos(record.monotonic.iter().copied().max().unwrap_or(0));
+        let now = Instant::now();
+        Ok(Self {
+            seed,
+            origin: now.checked_sub(elapsed).unwrap_or(now),
+            wall: Arc::new(Mutex::new(record.wall)),
+            monotonic: Arc::new(Mutex::new(record.monotonic)),
+        })
     }
 }
 
@@ -328,6 +380,31 @@ mod tests {
             *next += 1;
             *next
         }
+    }
+
+    #[test]
+    fn written_down_and_read_back_the_sources_give_the_same_bytes_and_readings() {
+        let sources = WasiSources::fresh();
+        sources.monotonic.lock().unwrap().extend([5, 7_000_000]);
+        sources
+            .wall
+            .lock()
+            .unwrap()
+            .push(Duration::from_secs(1_780_000_000));
+        let text = serde_json::to_string(&sources).unwrap();
+        let back: WasiSources = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.seed, sources.seed);
+        assert_eq!(*back.monotonic.lock().unwrap(), [5, 7_000_000]);
+        assert_eq!(
+            *back.wall.lock().unwrap(),
+            [Duration::from_secs(1_780_000_000)]
+        );
+        // The clock reads on from the last reading, never back.
+        assert!(back.origin.elapsed() >= Duration::from_nanos(7_000_000));
+
+        let short = text.replace(&hex::encode(sources.seed), "abcd");
+        let error = serde_json::from_str::<WasiSources>(&short).err().unwrap();
+        assert!(error.to_string().contains("seed"), "{error}");
     }
 
     #[test]

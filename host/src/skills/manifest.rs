@@ -52,6 +52,15 @@ impl SkillName {
     }
 }
 
+/// Read back (a kept run names its skill), a name is checked as when a
+/// manifest gives it.
+impl<'de> serde::Deserialize<'de> for SkillName {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Self::new(&name).map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::borrow::Borrow<str> for SkillName {
     fn borrow(&self) -> &str {
         &self.0

@@ -38,8 +38,10 @@ pub struct ToolSpec {
 }
 
 /// Why a tool call failed. Mirrors the WIT `tool-error-kind`, so the runtime
-/// can hand it to a guest unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// can hand it to a guest unchanged. Serialized in the answers a run kept on
+/// disk has been given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ToolError {
     #[error("tool `{tool}` is not permitted here: {reason}")]
@@ -105,6 +107,11 @@ impl ToolContext {
     /// The value of type `T`, if there is one.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
         self.0.get()
+    }
+
+    /// Whether nothing is in it.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 

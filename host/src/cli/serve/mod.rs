@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use skillhost::agent::ConfirmationPolicy;
+use skillhost::agent::{ConfirmationPolicy, PendingConfirmation};
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -102,6 +102,13 @@ pub struct ServeArgs {
     /// [default: 30].
     #[arg(long, value_name = "SECONDS")]
     shutdown_grace: Option<u64>,
+    /// Keep skill invocations whose steps wait for a person's approval in
+    /// this directory (created for this user alone), so that a restart
+    /// does not lose them: the next serve on it resumes them, their
+    /// confirmations pending again under the same ids [default: none, they
+    /// end with the process].
+    #[arg(long, value_name = "DIR", env = "SKILLHOST_RUNS_DIR")]
+    runs_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(super) host: HostArgs,
 }
@@ -110,6 +117,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let server = &file.server;
     let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
+    let runs_dir = args.runs_dir.clone().or_else(|| server.runs_dir.clone());
     let settings = super::HostSettings::read(
         &args.host,
         &file,
@@ -141,7 +149,9 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         host,
         trust,
         trust_watch: _trust_watch,
-    } = settings.start(&args.host, &file, hot_reload).await?;
+    } = settings
+        .start(&args.host, &file, hot_reload, runs_dir.as_deref())
+        .await?;
     report_host(&host, hot_reload, &file);
     let gateway = Gateway::new(
         host,
@@ -283,19 +293,38 @@ fn warn_of_unknown_approvers(
     ));
 }
 
-/// Warns of the confirmations still waiting at exit: their runs end with
-/// the process, and their ids will not be known to the next one.
+/// Says what becomes of the confirmations still waiting at exit: those of
+/// runs kept on disk wait again at the next start; the others end with the
+/// process, and their ids will not be known to the next one.
 fn report_withdrawn(host: &SkillHost) {
-    let waiting = host.confirmations().pending();
-    if !waiting.is_empty() {
+    let (kept, withdrawn): (Vec<_>, Vec<_>) =
+        host.confirmations()
+            .pending()
+            .into_iter()
+            .partition(|pending| {
+                host.run_store()
+                    .is_some_and(|store| store.holds(&pending.run))
+            });
+    let summaries = |waiting: &[PendingConfirmation]| {
         let calls: Vec<&str> = waiting
             .iter()
             .map(|pending| pending.summary.as_str())
             .collect();
+        calls.join("; ")
+    };
+    if let Some(store) = host.run_store().filter(|_| !kept.is_empty()) {
+        console::say(&format!(
+            "{} run(s) waiting for an answer are kept in {} and wait again at the next start: {}",
+            kept.len(),
+            store.dir().display(),
+            summaries(&kept)
+        ));
+    }
+    if !withdrawn.is_empty() {
         console::warn(&format!(
             "{} confirmation(s) still waiting are withdrawn with their runs: {}",
-            waiting.len(),
-            calls.join("; ")
+            withdrawn.len(),
+            summaries(&withdrawn)
         ));
     }
 }

@@ -500,7 +500,8 @@ impl SkillSnapshot {
 }
 
 /// Name, version and digest of one loaded version of a skill.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SkillVersion {
     /// The skill's name.
     pub name: SkillName,
