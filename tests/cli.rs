@@ -1263,14 +1263,14 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
         stderr: _stderr,
         ..
     } = serve().await;
-    let waiting: Value = http
-        .get(format!("{base}/v1/confirmations"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let get = |path: String| {
+        let request = http.get(format!("{base}{path}")).send();
+        async move {
+            let response = request.await.unwrap();
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let waiting = get("/v1/confirmations".to_owned()).await;
     assert_eq!(waiting["data"][0]["id"], *confirmation, "{waiting:#}");
     assert_eq!(waiting["data"][0]["run"], *run);
     let answer = http
@@ -1289,14 +1289,7 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
     assert!(done["result"]["refundId"].is_string(), "{done:#}");
     assert_eq!(work.refunds_of_88231(), 1);
     assert!(!kept.exists(), "an answered run is still on disk");
-    let record: Value = http
-        .get(format!("{base}/v1/runs/{}", run.as_str().unwrap()))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let record = get(format!("/v1/runs/{}", run.as_str().unwrap())).await;
     assert_eq!(record["status"], "done", "{record:#}");
 }
 
