@@ -154,7 +154,8 @@ fn a_kept_run_whose_confirmation_expired_meanwhile_writes_nothing() {
 }
 
 #[tokio::test]
-async fn an_aborted_run_is_not_kept_and_an_unreadable_file_is_left_alone() {
+async fn an_aborted_run_is_not_kept_an_unreadable_file_is_left_alone_and_a_second_host_is_refused()
+{
     use std::os::unix::fs::DirBuilderExt;
     let premises = Premises::new();
     std::fs::DirBuilder::new()
@@ -174,6 +175,23 @@ async fn an_aborted_run_is_not_kept_and_an_unreadable_file_is_left_alone() {
         }
     }
     assert!(run.is_kept());
+    // One host at a time keeps runs in a directory.
+    let trusted = TrustStore::load(&[repo_root().join("keys/trusted")]).unwrap();
+    let second = SkillHost::builder(
+        premises.dir.path().join("skills"),
+        SignaturePolicy::Require(trusted),
+    )
+    .keep_runs(&premises.runs)
+    .build()
+    .await
+    .err()
+    .expect("a second host on the same runs directory");
+    assert!(
+        second
+            .to_string()
+            .contains("another host keeps its runs there"),
+        "{second}"
+    );
     let file = premises.kept_file(&run.id);
     assert!(file.exists());
     run.abort();

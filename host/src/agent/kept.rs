@@ -40,12 +40,17 @@ use crate::skills::SkillVersion;
 
 /// The directory runs are kept in ([`AgentBuilder::keep_runs`]): one JSON
 /// file per run, `run_….json`, readable by its owner alone (inputs and
-/// arguments are the end users' data).
+/// arguments are the end users' data). One store at a time uses a
+/// directory: two hosts resuming the same runs could each run an approved
+/// write.
 ///
 /// [`AgentBuilder::keep_runs`]: super::AgentBuilder::keep_runs
 #[derive(Debug)]
 pub struct RunStore {
     dir: PathBuf,
+    /// `.lock` in the directory, locked for as long as the store lives (the
+    /// system releases it when the process ends, however it ends).
+    _lock: std::fs::File,
 }
 
 /// Why a run store cannot be used.
@@ -117,13 +122,23 @@ impl RunStore {
     /// when another user could read or write it.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Self, RunStoreError> {
         let dir = dir.into();
-        crate::private_dir::ensure(&dir, 0o077, "kept runs hold end users' inputs").map_err(
-            |cause| RunStoreError {
-                dir: dir.clone(),
-                cause,
-            },
-        )?;
-        Ok(Self { dir })
+        let lock = Self::lock(&dir).map_err(|cause| RunStoreError {
+            dir: dir.clone(),
+            cause,
+        })?;
+        Ok(Self { dir, _lock: lock })
+    }
+
+    fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
+        crate::private_dir::ensure(dir, 0o077, "kept runs hold end users' inputs")?;
+        let lock = std::fs::File::create(dir.join(".lock"))?;
+        match lock.try_lock() {
+            Ok(()) => Ok(lock),
+            Err(std::fs::TryLockError::WouldBlock) => Err(anyhow::anyhow!(
+                "another host keeps its runs there; give each its own directory"
+            )),
+            Err(std::fs::TryLockError::Error(error)) => Err(error.into()),
+        }
     }
 
     /// The directory.

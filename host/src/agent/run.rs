@@ -455,9 +455,7 @@ impl RunOptions {
         self.requested_by = Some(principal.into());
         self
     }
-}
 
-impl RunOptions {
     /// Whether the run's tools are handed nothing but what the run adds.
     pub(super) fn context_is_empty(&self) -> bool {
         self.context.is_empty()
