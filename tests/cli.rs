@@ -2044,6 +2044,39 @@ async fn mcp_follows_its_trust_directory_when_it_changes() {
     assert_eq!(tools[0]["name"], "processRefund");
 }
 
+/// SIGHUP makes `skillhost mcp` read its skills directory again (here
+/// unwatched): a file added meanwhile becomes a tool, the client is told,
+/// and the session goes on.
+#[tokio::test]
+async fn mcp_reads_its_skills_again_at_sighup() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    std::fs::copy(
+        skill_file("processRefund"),
+        skills.join("processRefund.wasm"),
+    )
+    .unwrap();
+    let (child, mut peer) = McpPeer::start(work.host_command(&["mcp", "--no-watch"], &skills));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "1"}}});
+    peer.exchange(initialize).await;
+    peer.exchange(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+
+    std::fs::copy(skill_file("order_change"), skills.join("order_change.wasm")).unwrap();
+    send_signal(&child, "-HUP").await;
+    assert_eq!(
+        peer.next().await["method"],
+        "notifications/tools/list_changed"
+    );
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let listed = peer.exchange(list).await;
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 2, "{listed}");
+}
+
 /// Without --yes, a client that can ask its user (`elicitation`) is asked
 /// to approve the write; its user's yes lets the refund through. Unless
 /// the policy names who may approve: then nobody is asked.

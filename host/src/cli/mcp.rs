@@ -2,7 +2,8 @@
 //! standard input and output, so that an MCP client (an IDE's agent, a
 //! desktop assistant) runs signed skills in the sandbox; the tools and
 //! results are those of `skillhost::embed::mcp`, as at the gateway's
-//! `/mcp`. Skill files and the trust store are watched: the client is told
+//! `/mcp`. Skill files and the trust store are watched (and read again at
+//! SIGHUP, as `serve` does): the client is told
 //! (`notifications/tools/list_changed`) when the list changes.
 //!
 //! Standard output carries the protocol only; logs and progress go to
@@ -50,11 +51,12 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     super::serve::report_trust(&settings.policy);
     let super::Started {
         host,
+        trust,
         trust_watch: _trust_watch,
-        ..
     } = settings
         .start(&args.host, &file, !args.no_watch, None)
         .await?;
+    super::hangup::reload_on_hangup(host.clone(), trust, || {}).context("listening for SIGHUP")?;
     super::report_skills(&host, !args.no_watch, &file);
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),

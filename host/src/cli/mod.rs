@@ -6,6 +6,7 @@ mod chat;
 mod config;
 mod console;
 mod follow;
+mod hangup;
 mod inspect;
 mod mcp;
 mod pack;

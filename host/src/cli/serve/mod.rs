@@ -19,7 +19,6 @@ use skillhost::skills::signature::SignaturePolicy;
 use super::{HostArgs, config, console};
 use keys::bearer_key;
 
-mod hangup;
 mod keys;
 
 /// Where the gateway listens unless told otherwise: loopback only, so that
@@ -153,6 +152,13 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         .start(&args.host, &file, hot_reload, runs_dir.as_deref())
         .await?;
     report_host(&host, hot_reload, &file);
+    let forward_headers = server.forward_headers(with_keys)?;
+    if let Some(dir) = runs_dir.as_ref().filter(|_| !forward_headers.is_empty()) {
+        console::warn(&format!(
+            "[server] forward_headers is set: a run whose request carries one of them is not kept              in {} (forwarded headers are never written to disk), so a restart withdraws it",
+            dir.display()
+        ));
+    }
     let gateway = Gateway::new(
         host,
         GatewayConfig {
@@ -180,15 +186,19 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             max_parked_runs_per_principal: server.max_parked_runs_per_principal,
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
-            forward_headers: server.forward_headers(with_keys)?,
+            forward_headers,
         },
     );
-    hangup::reload_on_hangup(
+    let (reloaded, given, keys_file) = (
         gateway.clone(),
-        trust,
         args.api_keys.clone(),
         args.api_keys_file.clone(),
-    )
+    );
+    super::hangup::reload_on_hangup(gateway.host().clone(), trust, move || {
+        if let Some(file) = &keys_file {
+            keys::reload(&reloaded, &given, file);
+        }
+    })
     .context("listening for SIGHUP")?;
     // Held while serving: dropping it ends the watch.
     let _keys_watcher = match &args.api_keys_file {

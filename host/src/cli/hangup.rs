@@ -1,28 +1,23 @@
-//! SIGHUP: `serve` reads again what it was started from, without the
-//! restart that would withdraw every run waiting for an answer — the trust
-//! store (a key added, rotated or revoked), the skills directory (for
-//! changes hot reload did not report, or a gateway serving without it) and
-//! the API keys file, when there is one.
-
-use std::path::PathBuf;
+//! SIGHUP: `serve` and `mcp` read again what they were started from,
+//! without the restart that would withdraw every run waiting for an answer
+//! (or end an MCP client's session) — the trust store (a key added, rotated
+//! or revoked), the skills directory (for changes hot reload did not
+//! report, or a host running without it), and then what the command reads
+//! besides (serve: its API keys file).
 
 use skillhost::embed::SkillHost;
-use skillhost::gateway::Gateway;
 use skillhost::skills::ReloadOutcome;
 
-use super::keys;
 use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// Listens for SIGHUP from now on; each one reads the trust store again
 /// (`trust`; `None` under `--allow-unsigned`), rescans the skills
-/// directory, then reads `keys_file` again (with `given`, the `--api-key`
-/// keys, first as at the start).
+/// directory, then calls `also`.
 pub(super) fn reload_on_hangup(
-    gateway: Gateway,
+    host: SkillHost,
     trust: Option<Trust>,
-    given: Vec<String>,
-    keys_file: Option<PathBuf>,
+    mut also: impl FnMut() + Send + 'static,
 ) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())?;
@@ -31,10 +26,8 @@ pub(super) fn reload_on_hangup(
             if let Some(trust) = &trust {
                 trust.reload().await;
             }
-            rescan_skills(gateway.host()).await;
-            if let Some(file) = &keys_file {
-                keys::reload(&gateway, &given, file);
-            }
+            rescan_skills(&host).await;
+            also();
         }
     });
     Ok(())
