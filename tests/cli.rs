@@ -2044,6 +2044,66 @@ async fn mcp_follows_its_trust_directory_when_it_changes() {
     assert_eq!(tools[0]["name"], "processRefund");
 }
 
+/// A key's scope changed in the config file takes effect at SIGHUP: the
+/// refund its scope kept out loads, without a restart.
+#[tokio::test]
+async fn serve_reads_the_key_scopes_again_at_sighup() {
+    let work = Workdir::new();
+    let scoped = r#"
+[[trust.scopes]]
+key = "1aa1e92e86658033a90ecf0b"
+tools = ["queryOrder", "queryLogistics"]
+"#;
+    let command = work.configured_command(
+        scoped,
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let loaded = || async {
+        let listing: Value = http
+            .get(format!("{base}/v1/skills/processRefund"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        listing["name"] == "processRefund"
+    };
+    assert!(!loaded().await, "a skill outside its key's scope loaded");
+
+    // A scope that does not check keeps the one in force.
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[[trust.scopes]]
+key = \"nope\"\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "the key scopes in force stay").await;
+    assert!(!loaded().await);
+
+    std::fs::write(work.path("skillhost.toml"), "").unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(
+        &mut stderr,
+        "key scopes read again from skillhost.toml: 0 key(s) scoped",
+    )
+    .await;
+    said_next(&mut stderr, "trust store read again").await;
+    assert!(
+        loaded().await,
+        "the skill its scope no longer keeps out did not load"
+    );
+}
+
 /// SIGHUP makes `skillhost mcp` read its skills directory again (here
 /// unwatched): a file added meanwhile becomes a tool, the client is told,
 /// and the session goes on.

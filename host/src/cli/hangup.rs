@@ -1,7 +1,7 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the trust store (a key added, rotated
-//! or revoked), the skills directory (for changes hot reload did not
+//! or revoked) with the config file's key scopes, the skills directory (for changes hot reload did not
 //! report, or a host running without it), and then what the command reads
 //! besides (serve: its API keys file).
 
@@ -11,8 +11,8 @@ use skillhost::skills::ReloadOutcome;
 use crate::cli::console;
 use crate::cli::trust::Trust;
 
-/// Listens for SIGHUP from now on; each one reads the trust store again
-/// (`trust`; `None` under `--allow-unsigned`), rescans the skills
+/// Listens for SIGHUP from now on; each one reads the trust store and the
+/// key scopes again (`trust`; `None` under `--allow-unsigned`), rescans the skills
 /// directory, then calls `also`.
 pub(super) fn reload_on_hangup(
     host: SkillHost,
@@ -24,7 +24,7 @@ pub(super) fn reload_on_hangup(
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
             if let Some(trust) = &trust {
-                trust.reload().await;
+                trust.reload_with_scopes().await;
             }
             rescan_skills(&host).await;
             also();

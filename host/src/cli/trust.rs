@@ -1,7 +1,8 @@
 //! The trust store of a long-running command as it changes: `serve` and
 //! `mcp` read it again, with hot reload, whenever the files of `--trust`
-//! change (`serve` at SIGHUP too), so that a key added, rotated or revoked
-//! takes effect without a restart.
+//! change, and at SIGHUP with the config file's `[[trust.scopes]]`, so
+//! that a key added, rotated, revoked or given another scope takes effect
+//! without a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
 use skillhost::skills::signature::{KeyError, SignaturePolicy, TrustStore};
 
+use super::config::ConfigFile;
 use super::console;
 use super::follow::{self, Following};
 use super::serve::report_trust;
@@ -23,8 +25,10 @@ use super::sign::{KeyScopes, TrustArgs};
 pub(crate) struct Trust {
     host: SkillHost,
     args: TrustArgs,
-    /// The config file's `[[trust.scopes]]`, as at the start.
-    scopes: Arc<KeyScopes>,
+    /// The config file's `[[trust.scopes]]`, as last read.
+    scopes: Arc<std::sync::Mutex<KeyScopes>>,
+    /// The config file they are read from, if there is one.
+    config: Option<PathBuf>,
     reading: Arc<Mutex<()>>,
 }
 
@@ -35,13 +39,48 @@ pub(crate) struct Trust {
 pub(crate) struct Contents(Vec<(PathBuf, Option<Vec<u8>>)>);
 
 impl Trust {
-    pub(crate) fn new(host: SkillHost, args: TrustArgs, scopes: KeyScopes) -> Self {
+    pub(crate) fn new(
+        host: SkillHost,
+        args: TrustArgs,
+        scopes: KeyScopes,
+        config: Option<PathBuf>,
+    ) -> Self {
         Self {
             host,
             args,
-            scopes: Arc::new(scopes),
+            scopes: Arc::new(std::sync::Mutex::new(scopes)),
+            config,
             reading: Arc::default(),
         }
+    }
+
+    /// Reads the config file's `[[trust.scopes]]` again, then the trust
+    /// store ([`Trust::reload`]). A file that does not read or check keeps
+    /// the scopes in force, saying why.
+    pub(crate) async fn reload_with_scopes(&self) {
+        if let Some(path) = &self.config {
+            match ConfigFile::load(path).and_then(|file| file.key_scopes()) {
+                Ok(scopes) => {
+                    let mut held = self.scopes();
+                    if *held != scopes {
+                        console::say(&format!(
+                            "key scopes read again from {}: {} key(s) scoped",
+                            path.display(),
+                            scopes.len()
+                        ));
+                        *held = scopes;
+                    }
+                }
+                Err(error) => console::warn(&format!("{error:#}; the key scopes in force stay")),
+            }
+        }
+        self.reload().await;
+    }
+
+    fn scopes(&self) -> std::sync::MutexGuard<'_, KeyScopes> {
+        self.scopes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Reads the trust store again and holds the skills to it at once
@@ -52,7 +91,8 @@ impl Trust {
     /// changes nothing.
     pub(crate) async fn reload(&self) {
         let _reading = self.reading.lock().await;
-        let store = match self.args.scoped_store(&self.scopes) {
+        let scoped = self.args.scoped_store(&self.scopes());
+        let store = match scoped {
             Ok(store) => store,
             Err(error) => match error.downcast_ref() {
                 Some(KeyError::NoTrustedKeys { sources }) => {
