@@ -1053,11 +1053,9 @@ async fn serving(mut command: Command) -> Serving {
     let mut started = Vec::new();
     let announced = async {
         loop {
-            let line = stderr
-                .next_line()
-                .await
-                .unwrap()
-                .expect("serve announces its address");
+            let Some(line) = stderr.next_line().await.unwrap() else {
+                panic!("serve ended before it announced its address: {started:#?}");
+            };
             started.push(line.clone());
             if let Some(rest) = said(&line).strip_prefix("skillhost serving on ") {
                 return rest.split_whitespace().next().unwrap().to_owned();
@@ -1291,6 +1289,92 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
     assert!(!kept.exists(), "an answered run is still on disk");
     let record = get(format!("/v1/runs/{}", run.as_str().unwrap())).await;
     assert_eq!(record["status"], "done", "{record:#}");
+}
+
+/// A chat waiting for the approval of a write, with `--runs-dir`, outlives
+/// its `serve`: the next one holds the confirmation again, and the
+/// approval's answer is the conversation's completion, the model asked
+/// only for what comes after the write.
+#[tokio::test]
+async fn a_chat_waiting_for_approval_is_kept_across_a_restart() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call(
+            "processRefund",
+            json!({"orderId": "88231", "reason": "broken"}),
+        ),
+        Step::text("Refunded."),
+    ])
+    .await;
+    let serve = || {
+        let mut command = work.host_command(
+            &["serve", "--listen", "127.0.0.1:0", "--runs-dir", "runs"],
+            &bundled(),
+        );
+        with_llm(&mut command, &llm);
+        serving(command)
+    };
+    let http = reqwest::Client::new();
+    let Serving {
+        child: mut first,
+        base,
+        mut stderr,
+        ..
+    } = serve().await;
+    let pending: Value = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(
+            &json!({"messages": [{"role": "user", "content": "refund order 88231, it is broken"}]}),
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        pending["skillhost"]["status"], "pending_confirmation",
+        "{pending:#}"
+    );
+    let confirmation = pending["skillhost"]["confirmation"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    terminate(&first).await;
+    let status = first.wait().await.unwrap();
+    let said = read_to_end(&mut stderr).await;
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("1 run(s) waiting for an answer are kept in runs"),
+        "{said}"
+    );
+
+    let Serving {
+        child: _second,
+        base,
+        started,
+        ..
+    } = serve().await;
+    let done: Value = http
+        .post(format!("{base}/v1/confirmations/{confirmation}"))
+        .json(&json!({"decision": "approve"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        done["skillhost"]["status"], "completed",
+        "{done:#} {started:#?}"
+    );
+    assert_eq!(done["choices"][0]["message"]["content"], "Refunded.");
+    assert_eq!(work.refunds_of_88231(), 1);
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "the model is asked once per answer"
+    );
 }
 
 /// `serve` takes the config file's MCP servers' tools: the agent behind

@@ -9,13 +9,17 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
-use skillhost::agent::{AgentEvent, CallOutcome, ConfirmationStatus, RunId};
+use skillhost::agent::llm::Message;
+use skillhost::agent::{
+    AgentEvent, CallOutcome, ConfirmationStatus, ResumedRun, RunHandle, RunId, SkillOutput,
+};
 use skillhost::embed::SkillHost;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::DemoDb;
 
-use crate::agent_common::refund_input;
+use crate::agent_common::{REFUND_REQUEST, refund_call, refund_input};
 use crate::support::fixtures::{repo_root, skill_file};
+use crate::support::scripted_llm::{ScriptedLlm, Step};
 
 /// A shop whose skills directory, runs directory and database outlive the
 /// hosts started on them.
@@ -43,16 +47,30 @@ impl Premises {
     }
 
     async fn host(&self) -> SkillHost {
+        self.host_with(None).await
+    }
+
+    /// The host, with `llm` as its model when given.
+    async fn host_with(&self, llm: Option<&ScriptedLlm>) -> SkillHost {
         let trusted = TrustStore::load(&[repo_root().join("keys/trusted")]).unwrap();
-        SkillHost::builder(
+        let mut builder = SkillHost::builder(
             self.dir.path().join("skills"),
             SignaturePolicy::Require(trusted),
         )
         .demo_tools(self.db.clone())
-        .keep_runs(&self.runs)
-        .build()
-        .await
-        .expect("building the host")
+        .keep_runs(&self.runs);
+        if let Some(llm) = llm {
+            builder = builder.llm(llm.config());
+        }
+        builder.build().await.expect("building the host")
+    }
+
+    /// The one run the host resumed, a skill run.
+    fn resumed_skill_run(host: &SkillHost) -> RunHandle<SkillOutput> {
+        match host.take_resumed_runs().pop() {
+            Some(ResumedRun::Skill { run, .. }) => run,
+            _ => panic!("no skill run was resumed"),
+        }
     }
 
     /// In a process of its own that then ends: a refund of 88231 invoked,
@@ -89,17 +107,15 @@ fn a_kept_run_whose_skill_changed_meanwhile_is_not_run_again() {
     let run = premises.refund_left_waiting();
     let file = premises.kept_file(&run);
     edit(&file, |kept| {
-        kept["skill"]["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
+        kept["kept"]["skill"]["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
     });
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
         let host = premises.host().await;
-        let mut resumed = host.take_resumed_runs();
-        assert_eq!(resumed.len(), 1);
-        let resumed = resumed.pop().unwrap();
-        assert_eq!(resumed.run.id, run);
-        let output = resumed.run.result().await.unwrap();
+        let resumed = Premises::resumed_skill_run(&host);
+        assert_eq!(resumed.id, run);
+        let output = resumed.result().await.unwrap();
         let CallOutcome::Failed { error } = output.outcome else {
             panic!("a changed skill ran: {:?}", output.outcome);
         };
@@ -129,8 +145,8 @@ fn a_kept_run_whose_confirmation_expired_meanwhile_writes_nothing() {
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
         let host = premises.host().await;
-        let resumed = host.take_resumed_runs().pop().expect("the kept run");
-        let finished = resumed.run.finish_with(|_| panic!("nobody is asked")).await;
+        let resumed = Premises::resumed_skill_run(&host);
+        let finished = resumed.finish_with(|_| panic!("nobody is asked")).await;
         let asked = finished
             .events
             .iter()
@@ -196,4 +212,115 @@ async fn an_aborted_run_is_not_kept_an_unreadable_file_is_left_alone_and_a_secon
     assert!(file.exists());
     run.abort();
     assert!(!file.exists(), "an aborted run is still kept");
+}
+
+/// A conversation whose model called `processRefund`, waiting for the
+/// refund's approval inside the skill's steps when its process ended: the
+/// next host resumes it from what it was told (the model's call, the
+/// order's lookup) without asking the model or the shop again, the
+/// approval runs the refund once, and only the final answer is asked of
+/// the model.
+#[test]
+fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
+    let premises = Premises::new();
+    let (run_id, confirmation) = {
+        let process = tokio::runtime::Runtime::new().unwrap();
+        process.block_on(async {
+            let llm = ScriptedLlm::start(vec![refund_call()]).await;
+            let host = premises.host_with(Some(&llm)).await;
+            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
+            while let Some(event) = run.events.recv().await {
+                if let AgentEvent::ConfirmationPending(pending) = event {
+                    return (run.id.clone(), pending.id.to_string());
+                }
+            }
+            panic!("the conversation did not wait for the refund's approval");
+        })
+    };
+    assert!(premises.kept_file(&run_id).exists());
+
+    let process = tokio::runtime::Runtime::new().unwrap();
+    process.block_on(async {
+        let answer = "Your refund RF20260629001 is on its way.";
+        let llm = ScriptedLlm::start(vec![Step::text(answer)]).await;
+        let host = premises.host_with(Some(&llm)).await;
+        let Some(ResumedRun::Chat { mut run, .. }) = host.take_resumed_runs().pop() else {
+            panic!("the conversation was not resumed");
+        };
+        assert_eq!(run.id, run_id);
+        // What it replayed is not reported again: the first event is the
+        // confirmation, pending again under its id.
+        let Some(AgentEvent::ConfirmationPending(pending)) = run.events.recv().await else {
+            panic!("the resumed conversation did not wait first");
+        };
+        assert_eq!(pending.id.as_str(), confirmation);
+        assert_eq!(pending.tool, "applyRefund");
+        assert!(llm.requests().is_empty(), "the model was asked again");
+        assert!(premises.db.refunds_for("88231").unwrap().is_empty());
+
+        host.approve(&confirmation).unwrap();
+        let output = run.result().await.expect("the conversation ends");
+        assert_eq!(output.answer, answer);
+        let requests = llm.requests();
+        assert_eq!(requests.len(), 1, "only the final answer is asked");
+        let messages = requests[0].body["messages"].as_array().unwrap();
+        let result = messages
+            .iter()
+            .find(|message| message["role"] == "tool")
+            .and_then(|message| message["content"].as_str())
+            .expect("the skill's result");
+        assert!(result.contains("RF20260629001"), "{result}");
+    });
+    assert_eq!(premises.db.refunds_for("88231").unwrap().len(), 1);
+    assert!(
+        !premises.kept_file(&run_id).exists(),
+        "an ended run is still kept"
+    );
+}
+
+/// A conversation resumed on skills that changed meanwhile (here the skill
+/// it called is gone) no longer makes the calls it made: it is stopped,
+/// saying why, and nothing is written.
+#[test]
+fn a_resumed_conversation_that_does_something_else_is_stopped() {
+    let premises = Premises::new();
+    let run_id = {
+        let process = tokio::runtime::Runtime::new().unwrap();
+        process.block_on(async {
+            let llm = ScriptedLlm::start(vec![refund_call()]).await;
+            let host = premises.host_with(Some(&llm)).await;
+            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
+            while let Some(event) = run.events.recv().await {
+                if matches!(event, AgentEvent::ConfirmationPending(_)) {
+                    return run.id.clone();
+                }
+            }
+            panic!("the conversation did not wait for the refund's approval");
+        })
+    };
+    std::fs::remove_file(premises.dir.path().join("skills/processRefund.wasm")).unwrap();
+
+    let process = tokio::runtime::Runtime::new().unwrap();
+    process.block_on(async {
+        let llm = ScriptedLlm::start(vec![Step::text("never asked")]).await;
+        let host = premises.host_with(Some(&llm)).await;
+        let Some(ResumedRun::Chat { run, .. }) = host.take_resumed_runs().pop() else {
+            panic!("the conversation was not resumed");
+        };
+        let error = run.result().await.expect_err("a diverged run fails");
+        assert!(
+            error
+                .to_string()
+                .contains("resumed after its host restarted, the run")
+                && error.to_string().contains("so it was stopped"),
+            "{error}"
+        );
+        assert!(llm.requests().is_empty());
+        assert!(host.confirmations().pending().is_empty());
+    });
+    assert!(premises.db.refunds_for("88231").unwrap().is_empty());
+    assert!(
+        !premises.kept_file(&run_id).exists(),
+        "an ended run is still kept"
+    );
 }

@@ -125,7 +125,7 @@ pub enum ConfirmError {
     /// No confirmation with this id is waiting.
     #[error(
         "no pending confirmation `{0}`: it is unknown, already answered, expired, or withdrawn \
-         when its run ended (a restart of the host ends every run)"
+         when its run ended (a restart of the host ends every run it does not keep on disk)"
     )]
     NotPending(String),
     /// The confirmation needs an approver other than the principal its run

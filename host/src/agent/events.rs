@@ -110,7 +110,7 @@ impl Serialize for Resolution {
 }
 
 /// Why a call that needed approval did not run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Declined {
@@ -347,10 +347,14 @@ pub enum AgentEvent {
 mod millis {
     use std::time::Duration;
 
-    use serde::Serializer;
+    use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(duration: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_u128(duration.as_millis())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        u64::deserialize(deserializer).map(Duration::from_millis)
     }
 }
 

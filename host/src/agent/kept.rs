@@ -1,14 +1,23 @@
 //! Runs kept on disk while they wait for a person, so that a restart does
 //! not lose them: the approvals that pause and resume a serialized run of
-//! the OpenAI Agents SDK, for a skill's deterministic steps.
+//! the OpenAI Agents SDK.
 //!
-//! What is kept: a direct skill run ([`Agent::start_skill`]) whose steps
-//! wait for an approval. Its state is then small and exact: the skill (name
-//! and digest), its input, the calls answered so far, the call that waits
-//! with its confirmation's id and expiry, and the WASI seed and clock
-//! readings every attempt shares. A run on a model's path (a conversation,
-//! a skill's sub-agent) is not kept: its state is a transcript mid-round.
-//! Nor is a run whose tool context holds what its embedder attached
+//! What is kept, once an agent has a store ([`AgentBuilder::keep_runs`]):
+//! - a direct skill run ([`Agent::start_skill`]) whose steps wait: the
+//!   skill (name, version, digest), its input, the steps' journal (the
+//!   calls answered so far, the WASI seed and clock readings) and the call
+//!   that waits. Its steps run again from the journal, only on the
+//!   component of that digest;
+//! - a conversation ([`Agent::start`]): its messages and everything it was
+//!   told since, in order ([`Told`]: each model answer, tool result,
+//!   person's answer and WASI source). Resumed, it runs again from its
+//!   messages with each of those answered from the record instead of
+//!   asked — no model call, no tool call, no event — until it reaches the
+//!   confirmation it waited on. A run that does something else on the way
+//!   (the skills or settings changed) is stopped, since past that point a
+//!   call could repeat a write.
+//!
+//! Not kept: a run whose tool context holds what its embedder attached
 //! (forwarded headers, a tenant): that cannot be written down, and resumed
 //! without it the run would act for nobody.
 //!
@@ -19,24 +28,30 @@
 //! ([`RunHandle::abort`](super::RunHandle::abort)) is removed too; one that
 //! ends with the process stays, and the next host started on the directory
 //! resumes it ([`Agent::resume_kept_runs`]): the same run id, its
-//! confirmation pending again under the same id until the same expiry, and
-//! once answered the steps run again from the journal, as they would have.
-//! A kept skill that changed or went away meanwhile is not run again.
+//! confirmation pending again under the same id until the same expiry (one
+//! that expired meanwhile is declined without being shown).
 //!
+//! [`AgentBuilder::keep_runs`]: super::AgentBuilder::keep_runs
 //! [`Agent::start_skill`]: super::Agent::start_skill
+//! [`Agent::start`]: super::Agent::start
 //! [`Agent::resume_kept_runs`]: super::Agent::resume_kept_runs
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::confirm::{ConfirmationId, PendingConfirmation};
+use super::events::{Declined, Resolution};
 use super::ids::RunId;
-use super::run::{Journal, RunHandle, SkillOutput};
+use super::llm::{ChatResponse, Message};
+use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
+use crate::runtime::WasiSources;
 use crate::skills::SkillVersion;
+use crate::tools::ToolError;
 
 /// The directory runs are kept in ([`AgentBuilder::keep_runs`]): one JSON
 /// file per run, `run_….json`, readable by its owner alone (inputs and
@@ -71,12 +86,145 @@ pub(super) struct KeptRun {
     pub(super) format: u32,
     pub(super) run: RunId,
     pub(super) requested_by: Option<String>,
-    /// The skill, with the digest of the component whose steps made the
-    /// calls: other code would not make the same ones.
-    pub(super) skill: SkillVersion,
-    pub(super) input: Value,
-    pub(super) journal: Journal,
+    pub(super) kept: Kept,
     pub(super) waiting: KeptConfirmation,
+}
+
+/// What a kept run runs again from.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum Kept {
+    /// A direct skill run: its steps run again from the journal.
+    Skill {
+        /// The skill, with the digest of the component whose steps made
+        /// the calls: other code would not make the same ones.
+        skill: SkillVersion,
+        input: Value,
+        journal: Box<Journal>,
+    },
+    /// A conversation: it runs again from its messages, each thing it was
+    /// told answered from `told` instead of asked again.
+    Chat {
+        messages: Vec<Message>,
+        told: Vec<Told>,
+    },
+}
+
+/// One thing a kept conversation was told, in the order it was told.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(tag = "what", rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum Told {
+    /// The model's answer to one LLM call.
+    Llm { response: ChatResponse },
+    /// What a tool call returned.
+    Tool {
+        tool: String,
+        arguments: Value,
+        result: Result<Value, ToolError>,
+    },
+    /// How a person answered a confirmation (or that it expired).
+    Answer {
+        tool: String,
+        arguments: Value,
+        answer: KeptAnswer,
+    },
+    /// The WASI randomness and clocks of one skill invocation's steps.
+    Wasi { sources: WasiSources },
+}
+
+/// [`Resolution`] as a kept run records it: a run that goes on was not
+/// withdrawn.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub(super) enum KeptAnswer {
+    Approved { by: Option<String> },
+    Declined(Declined),
+}
+
+impl KeptAnswer {
+    pub(super) fn of(resolution: &Resolution) -> Option<Self> {
+        match resolution {
+            Resolution::Approved { by } => Some(Self::Approved { by: by.clone() }),
+            Resolution::Declined(why) => Some(Self::Declined(why.clone())),
+            Resolution::Withdrawn => None,
+        }
+    }
+
+    pub(super) fn resolution(self) -> Resolution {
+        match self {
+            Self::Approved { by } => Resolution::Approved { by },
+            Self::Declined(why) => Resolution::Declined(why),
+        }
+    }
+}
+
+/// What a kept conversation was told so far, and how far a resumed one has
+/// replayed it.
+#[derive(Default)]
+pub(super) struct Tape {
+    told: Vec<Told>,
+    replayed: usize,
+    /// The confirmation the kept run waited on, until the resumed run
+    /// reaches it again (its replay ends there).
+    again: Option<KeptConfirmation>,
+    /// Why the resumed run stopped replaying before it got there: it did
+    /// something else than before, and ends.
+    diverged: Option<String>,
+}
+
+impl Tape {
+    /// A resumed run's: `told` to replay, then `again` to reopen.
+    pub(super) fn resumed(told: Vec<Told>, again: KeptConfirmation) -> Self {
+        Self {
+            told,
+            replayed: 0,
+            again: Some(again),
+            diverged: None,
+        }
+    }
+
+    /// Ends the replay: the run did something else than before (`why`).
+    pub(super) fn diverge(&mut self, why: String) {
+        self.again = None;
+        self.diverged.get_or_insert(why);
+    }
+
+    /// Why the run stopped replaying, if it diverged.
+    pub(super) fn divergence(&self) -> Option<&str> {
+        self.diverged.as_deref()
+    }
+
+    /// Whether the run is replaying what it was told before its host
+    /// stopped: until it reaches the confirmation it waited on.
+    pub(super) fn replaying(&self) -> bool {
+        self.again.is_some()
+    }
+
+    /// The next thing told, while replaying.
+    pub(super) fn next(&mut self) -> Option<Told> {
+        let told = self.told.get(self.replayed)?.clone();
+        self.replayed += 1;
+        Some(told)
+    }
+
+    /// Records what the run was told, past the replay.
+    pub(super) fn record(&mut self, told: Told) {
+        self.told.push(told);
+        self.replayed = self.told.len();
+    }
+
+    /// The kept confirmation, once everything before it is replayed and the
+    /// run asks for `tool` with `arguments` again: the replay ends.
+    pub(super) fn take_again(&mut self, tool: &str, arguments: &Value) -> Option<KeptConfirmation> {
+        let again = self.again.as_ref()?;
+        (self.replayed == self.told.len() && again.tool == tool && again.arguments == *arguments)
+            .then(|| self.again.take())
+            .flatten()
+    }
+
+    pub(super) fn told(&self) -> &[Told] {
+        &self.told
+    }
 }
 
 /// The confirmation a kept run waits on.
@@ -101,13 +249,41 @@ impl KeptConfirmation {
 }
 
 /// A kept run, resumed ([`Agent::resume_kept_runs`]): waiting again on its
-/// confirmation, or ended at once when its skill changed meanwhile.
-pub struct ResumedRun {
-    /// The skill the run invoked, as it was then.
-    pub skill: SkillVersion,
-    /// Whom the run acts for ([`RunOptions::on_behalf_of`](super::RunOptions::on_behalf_of)).
-    pub requested_by: Option<String>,
-    pub run: RunHandle<SkillOutput>,
+/// confirmation, or ended at once when it could not go on (its skill
+/// changed meanwhile).
+pub enum ResumedRun {
+    /// A direct skill run.
+    Skill {
+        /// The skill the run invoked, as it was then.
+        skill: SkillVersion,
+        /// Whom the run acts for ([`RunOptions::on_behalf_of`](super::RunOptions::on_behalf_of)).
+        requested_by: Option<String>,
+        run: RunHandle<SkillOutput>,
+    },
+    /// A conversation's run.
+    Chat {
+        requested_by: Option<String>,
+        run: RunHandle<RunOutput>,
+    },
+}
+
+impl ResumedRun {
+    /// The run's id.
+    pub fn id(&self) -> &RunId {
+        match self {
+            Self::Skill { run, .. } => &run.id,
+            Self::Chat { run, .. } => &run.id,
+        }
+    }
+
+    /// Waits until the run has replayed what it was told and waits again on
+    /// its confirmation (open from then on), or has ended.
+    pub async fn settle(&self) {
+        match self {
+            Self::Skill { run, .. } => run.settle().await,
+            Self::Chat { run, .. } => run.settle().await,
+        }
+    }
 }
 
 /// A file of the directory that holds no run this host can resume, and why.
@@ -233,29 +409,63 @@ impl RunStore {
     }
 }
 
-impl KeptRun {
-    pub(super) fn new(
+/// What a run keeps on disk while it waits for a person, and where.
+pub(super) struct Keeping {
+    pub(super) store: Arc<RunStore>,
+    pub(super) what: KeptWhat,
+}
+
+/// What a kept run is made of besides its journal or tape.
+pub(super) enum KeptWhat {
+    /// A direct skill run: its skill and input; the journal is the steps'.
+    Skill { skill: SkillVersion, input: Value },
+    /// A conversation: its messages, and everything it was told.
+    Chat {
+        messages: Vec<Message>,
+        tape: Mutex<Tape>,
+    },
+}
+
+impl Keeping {
+    /// What to write while the run waits on `waiting`: a skill run with its
+    /// steps' `journal` (`None`: the wait is not its steps', so nothing is
+    /// kept), a conversation with its tape.
+    pub(super) fn kept_run(
+        &self,
         run: RunId,
         requested_by: Option<String>,
-        steps: &KeptSteps,
-        journal: Journal,
+        journal: Option<&Journal>,
         waiting: KeptConfirmation,
-    ) -> Self {
-        Self {
+    ) -> Option<KeptRun> {
+        let kept = match &self.what {
+            KeptWhat::Skill { skill, input } => Kept::Skill {
+                skill: skill.clone(),
+                input: input.clone(),
+                journal: Box::new(journal?.clone()),
+            },
+            KeptWhat::Chat { messages, tape } => Kept::Chat {
+                messages: messages.clone(),
+                told: lock(tape).told().to_vec(),
+            },
+        };
+        Some(KeptRun {
             format: FORMAT,
             run,
             requested_by,
-            skill: steps.skill.clone(),
-            input: steps.input.clone(),
-            journal,
+            kept,
             waiting,
+        })
+    }
+
+    /// The conversation's tape, for a kept conversation.
+    pub(super) fn tape(&self) -> Option<MutexGuard<'_, Tape>> {
+        match &self.what {
+            KeptWhat::Chat { tape, .. } => Some(lock(tape)),
+            KeptWhat::Skill { .. } => None,
         }
     }
 }
 
-/// What a run keeps of its skill while its steps wait for a person.
-pub(super) struct KeptSteps {
-    pub(super) store: std::sync::Arc<RunStore>,
-    pub(super) skill: SkillVersion,
-    pub(super) input: Value,
+fn lock(tape: &Mutex<Tape>) -> MutexGuard<'_, Tape> {
+    tape.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -33,9 +33,9 @@
 //! leave the run, so an approver cannot change them; an unanswered
 //! confirmation expires as a rejection; a rejection is reported to the
 //! model as the call's result, and the model answers accordingly. A run
-//! dropped while it waits reports the confirmation withdrawn. A direct
-//! skill run whose steps wait can be kept on disk ([`RunStore`],
-//! [`AgentBuilder::keep_runs`]), so that the next process resumes it.
+//! dropped while it waits reports the confirmation withdrawn. A run that
+//! waits can be kept on disk ([`RunStore`], [`AgentBuilder::keep_runs`]),
+//! so that the next process resumes it.
 //!
 //! # Invariants
 //!

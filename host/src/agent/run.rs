@@ -24,7 +24,7 @@ use super::catalog::Catalog;
 use super::confirm::{ConfirmationId, Confirmations, Decision, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
-use super::kept::{KeptConfirmation, KeptRun, KeptSteps, RunStore};
+use super::kept::{Keeping, KeptAnswer, KeptConfirmation, RunStore, Told};
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
@@ -401,9 +401,9 @@ pub(super) struct RunContext {
     tool_context: ToolContext,
     /// Who the run acts for ([`RunOptions::on_behalf_of`]).
     requested_by: Option<String>,
-    /// What the run keeps on disk while its steps wait for a person: set
-    /// for a direct skill run that may be kept ([`super::kept`]).
-    kept: Option<KeptSteps>,
+    /// What the run keeps on disk while it waits for a person: set for a
+    /// run that may be kept ([`super::kept`]).
+    kept: Option<Keeping>,
 }
 
 /// How to start a run: [`Agent::start_with`](super::Agent::start_with),
@@ -463,24 +463,14 @@ impl RunOptions {
 }
 
 impl RunContext {
-    /// A run of `agent` over the current skills, and the receiver of its
-    /// events.
+    /// A run `id` of `agent` over `snapshot`, and the receiver of its
+    /// events; kept on disk while it waits when `kept` says how.
     pub(super) fn new(
-        agent: Arc<AgentInner>,
-        options: RunOptions,
-    ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
-        let snapshot = agent.skills.snapshot();
-        Self::open(agent, options, RunId::random(), snapshot, None)
-    }
-
-    /// A run `id` of `agent` over `snapshot`, keeping its steps on disk
-    /// while they wait when `kept` says how.
-    pub(super) fn open(
         agent: Arc<AgentInner>,
         options: RunOptions,
         id: RunId,
         snapshot: Arc<SkillSnapshot>,
-        kept: Option<KeptSteps>,
+        kept: Option<Keeping>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
         let catalog = agent.catalog_for(&snapshot);
@@ -515,6 +505,10 @@ impl RunContext {
     /// Reports an event: to the run's tracker at once, then to its reader.
     /// Nobody reading is fine.
     pub(super) fn emit(&self, event: AgentEvent) {
+        // A resumed run's replay was reported by the run it resumes.
+        if self.replaying() {
+            return;
+        }
         if let Some(tracker) = &self.tracker {
             (tracker.lock().unwrap_or_else(PoisonError::into_inner))(&event);
         }
@@ -534,6 +528,45 @@ impl RunContext {
     /// streaming run the call streams and its text is reported as
     /// [`AgentEvent::TextDelta`]s as it arrives.
     pub(super) async fn chat(
+        &self,
+        caller: &Caller,
+        request: ChatRequest,
+    ) -> Result<ChatResponse, AgentError> {
+        let divergence = self
+            .kept
+            .as_ref()
+            .and_then(Keeping::tape)
+            .and_then(|tape| tape.divergence().map(str::to_owned));
+        if let Some(why) = divergence {
+            return Err(AgentError::Aborted(why));
+        }
+        let replayed = match self.replay() {
+            Some(Told::Llm { response }) => Some(response),
+            Some(_) => return Err(self.diverged("asked the model where it had not")),
+            None => None,
+        };
+        let response = match replayed {
+            Some(response) => response,
+            None => self.ask_llm(caller, request).await?,
+        };
+        {
+            let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
+            stats.llm_calls += 1;
+            if let Some(usage) = &response.usage {
+                stats.usage.add(usage);
+            }
+        }
+        if let Some(usage) = response.usage {
+            self.emit(AgentEvent::Usage {
+                caller: caller.clone(),
+                usage,
+            });
+        }
+        Ok(response)
+    }
+
+    /// [`Self::chat`]'s call to the model, recorded when the run is kept.
+    async fn ask_llm(
         &self,
         caller: &Caller,
         request: ChatRequest,
@@ -562,19 +595,9 @@ impl RunContext {
             caller: caller.clone(),
             cause,
         })?;
-        {
-            let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
-            stats.llm_calls += 1;
-            if let Some(usage) = &response.usage {
-                stats.usage.add(usage);
-            }
-        }
-        if let Some(usage) = response.usage {
-            self.emit(AgentEvent::Usage {
-                caller: caller.clone(),
-                usage,
-            });
-        }
+        self.record(|| Told::Llm {
+            response: response.clone(),
+        });
         Ok(response)
     }
 
@@ -657,44 +680,25 @@ impl RunContext {
         }
         let policy = &self.agent.config.confirmation;
         if policy.requires(registered.spec()) {
-            let confirmations = &self.agent.confirmations;
-            let ticket = match &ask {
-                Ask::Again(kept) => confirmations.reopen(
-                    kept,
-                    self.id.clone(),
-                    self.requested_by.clone(),
-                    caller.clone(),
-                    policy,
-                ),
-                Ask::Anew | Ask::Keeping(_) => Ok(confirmations.open(
-                    self.id.clone(),
-                    self.requested_by.clone(),
-                    caller.clone(),
-                    tool,
-                    arguments.clone(),
-                    policy,
-                )),
-            };
-            let resolution = match ticket {
-                Ok(ticket) => {
-                    if let Ask::Keeping(journal) = ask {
-                        self.keep(journal, ticket.pending());
+            let resolution = match self.replay() {
+                Some(Told::Answer {
+                    tool: told_tool,
+                    arguments: told_arguments,
+                    answer,
+                }) if told_tool == tool && told_arguments == arguments => answer.resolution(),
+                Some(_) => return Err(self.diverged_call(tool)),
+                None => {
+                    let resolution = self.ask_person(caller, tool, &arguments, ask).await?;
+                    if let Some(answer) = KeptAnswer::of(&resolution) {
+                        self.record(|| Told::Answer {
+                            tool: tool.to_owned(),
+                            arguments: arguments.clone(),
+                            answer,
+                        });
                     }
-                    self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
-                    let waiting = Awaiting {
-                        run: self,
-                        id: Some(ticket.pending().id.clone()),
-                        tool,
-                    };
-                    let resolution = ticket.resolution().await;
-                    waiting.resolved(resolution.clone());
                     resolution
                 }
-                // A kept run's confirmation that expired while no host ran.
-                Err(expired) => expired,
             };
-            // Answered or expired: what follows is not asked again.
-            self.unkeep();
             let approved = matches!(resolution, Resolution::Approved { .. });
             span.confirmed(approved, resolution.by());
             if let Resolution::Declined(why) = resolution {
@@ -702,13 +706,161 @@ impl RunContext {
                 return Err(CallError::Declined(why));
             }
         }
-        let result = span
-            .execute(registered, &self.tool_context, arguments)
-            .await?;
+        let result = match self.replay() {
+            Some(Told::Tool {
+                tool: told_tool,
+                arguments: told_arguments,
+                result,
+            }) if told_tool == tool && told_arguments == arguments => result?,
+            Some(_) => return Err(self.diverged_call(tool)),
+            None => {
+                let taped = self.taping().then(|| arguments.clone());
+                let result = span
+                    .execute(registered, &self.tool_context, arguments)
+                    .await;
+                if let Some(arguments) = taped {
+                    self.record(|| Told::Tool {
+                        tool: tool.to_owned(),
+                        arguments,
+                        result: result.clone(),
+                    });
+                }
+                result?
+            }
+        };
         if write.is_some() {
             *self.last_write() = write;
         }
         Ok(result)
+    }
+
+    /// Asks a person to approve `tool` with `arguments` and waits for the
+    /// answer (or the expiry). A kept run is written down while it waits;
+    /// a resumed one reopens the confirmation it waited on.
+    async fn ask_person(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &Value,
+        ask: Ask<'_>,
+    ) -> Result<Resolution, CallError> {
+        let policy = &self.agent.config.confirmation;
+        let confirmations = &self.agent.confirmations;
+        // A resumed conversation reaches the confirmation it waited on.
+        let again = self
+            .kept
+            .as_ref()
+            .and_then(Keeping::tape)
+            .and_then(|mut tape| tape.take_again(tool, arguments));
+        if again.is_none() && self.replaying() {
+            return Err(self.diverged_call(tool));
+        }
+        let ask = match &again {
+            Some(kept) => Ask::Again(kept),
+            None => ask,
+        };
+        let ticket = match &ask {
+            Ask::Again(kept) => confirmations.reopen(
+                kept,
+                self.id.clone(),
+                self.requested_by.clone(),
+                caller.clone(),
+                policy,
+            ),
+            Ask::Anew | Ask::Keeping(_) => Ok(confirmations.open(
+                self.id.clone(),
+                self.requested_by.clone(),
+                caller.clone(),
+                tool,
+                arguments.clone(),
+                policy,
+            )),
+        };
+        let resolution = match ticket {
+            Ok(ticket) => {
+                let journal = match ask {
+                    Ask::Keeping(journal) => Some(journal),
+                    Ask::Anew | Ask::Again(_) => None,
+                };
+                self.keep(journal, ticket.pending());
+                self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
+                let waiting = Awaiting {
+                    run: self,
+                    id: Some(ticket.pending().id.clone()),
+                    tool,
+                };
+                let resolution = ticket.resolution().await;
+                waiting.resolved(resolution.clone());
+                resolution
+            }
+            // A kept run's confirmation that expired while no host ran.
+            Err(expired) => expired,
+        };
+        // Answered or expired: what follows is not asked again.
+        self.unkeep();
+        Ok(resolution)
+    }
+
+    /// The WASI randomness and clocks of a new skill invocation's steps:
+    /// fresh, or in a resumed conversation those they had before.
+    fn wasi_sources(&self) -> WasiSources {
+        if let Some(Told::Wasi { sources }) = self.replay() {
+            return sources;
+        }
+        let sources = WasiSources::fresh();
+        self.record(|| Told::Wasi {
+            sources: sources.clone(),
+        });
+        sources
+    }
+
+    /// The next thing a resumed run was told before, while it replays.
+    fn replay(&self) -> Option<Told> {
+        let mut tape = self.kept.as_ref()?.tape()?;
+        if !tape.replaying() {
+            return None;
+        }
+        tape.next()
+    }
+
+    /// Whether the run is a resumed conversation still replaying.
+    fn replaying(&self) -> bool {
+        self.kept
+            .as_ref()
+            .and_then(Keeping::tape)
+            .is_some_and(|tape| tape.replaying())
+    }
+
+    /// Whether what the run is told is recorded: a kept conversation.
+    fn taping(&self) -> bool {
+        self.kept.as_ref().and_then(Keeping::tape).is_some()
+    }
+
+    /// Records what the run was told, when it is taped.
+    fn record(&self, told: impl FnOnce() -> Told) {
+        if let Some(mut tape) = self.kept.as_ref().and_then(Keeping::tape) {
+            tape.record(told());
+        }
+    }
+
+    /// The error of a resumed run that did not do what it did before: it
+    /// ends, since past that point a call could repeat a write.
+    fn diverged(&self, what: &str) -> AgentError {
+        let why = format!(
+            "resumed after its host restarted, the run {what}: it does not make the same calls \
+             as before (the model, the skills or the settings changed), so it was stopped"
+        );
+        if let Some(mut tape) = self.kept.as_ref().and_then(Keeping::tape) {
+            tape.diverge(why.clone());
+        }
+        AgentError::Aborted(why)
+    }
+
+    /// [`Self::diverged`] at a call of `tool`, which is not made: the run
+    /// stops at its next step.
+    fn diverged_call(&self, tool: &str) -> CallError {
+        let why = self.diverged(&format!("called `{tool}` where it had not"));
+        CallError::Tool(ToolError::Failed(format!("not executed: {why}")))
     }
 
     /// How many calls have been declined so far: a mark for
@@ -729,20 +881,22 @@ impl RunContext {
         self.declined.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes the run down while it waits on `pending`, when it is kept:
-    /// its skill, input and `journal`. A run that cannot be written down
-    /// still waits, in memory alone; the log says so.
-    fn keep(&self, journal: &Journal, pending: &PendingConfirmation) {
-        let Some(steps) = &self.kept else { return };
-        let kept = KeptRun::new(
+    /// Writes the run down while it waits on `pending`, when it is kept: a
+    /// skill run with its steps' `journal`, a conversation with its tape.
+    /// A run that cannot be written down still waits, in memory alone; the
+    /// log says so.
+    fn keep(&self, journal: Option<&Journal>, pending: &PendingConfirmation) {
+        let Some(keeping) = &self.kept else { return };
+        let Some(kept) = keeping.kept_run(
             self.id.clone(),
             self.requested_by.clone(),
-            steps,
-            journal.clone(),
+            journal,
             KeptConfirmation::of(pending),
-        );
-        if let Err(error) = steps.store.save(&kept) {
-            tracing::warn!(run = %self.id, %error, dir = %steps.store.dir().display(),
+        ) else {
+            return;
+        };
+        if let Err(error) = keeping.store.save(&kept) {
+            tracing::warn!(run = %self.id, %error, dir = %keeping.store.dir().display(),
                 "a run waiting for a person could not be kept on disk: a restart would lose it");
         }
     }
@@ -986,7 +1140,7 @@ impl ToolDispatch for StepsDispatch {
     fn wasi_sources(&self) -> WasiSources {
         self.journal()
             .wasi
-            .get_or_insert_with(WasiSources::fresh)
+            .get_or_insert_with(|| self.run.wasi_sources())
             .clone()
     }
 }

@@ -9,7 +9,7 @@ use super::config::{AgentConfig, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::ids::RunId;
-use super::kept::{KeptRun, KeptSteps, ResumedRun, RunStore, UnreadableRun};
+use super::kept::{Keeping, Kept, KeptRun, KeptWhat, ResumedRun, RunStore, Tape, UnreadableRun};
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
 use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, SkillOutput};
@@ -184,9 +184,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Keeps direct skill runs whose steps wait for a person in `store`, so
-    /// that they outlive the process ([`super::kept`] says which runs, and
-    /// how); [`Agent::resume_kept_runs`] resumes what it holds.
+    /// Keeps runs that wait for a person in `store`, so that they outlive
+    /// the process ([`super::kept`] says which runs, and how);
+    /// [`Agent::resume_kept_runs`] resumes what it holds.
     pub fn keep_runs(mut self, store: Arc<RunStore>) -> Self {
         self.kept_runs = Some(store);
         self
@@ -319,12 +319,24 @@ impl Agent {
         {
             return Err(AgentError::NoUserMessage);
         }
-        let transcript = Transcript::from_messages(with_system_prompt(
-            &self.inner.config.system_prompt,
-            messages,
-        ));
-        let (run, events) = RunContext::new(self.inner.clone(), options);
-        let body = main_agent(run.clone(), transcript);
+        let messages = with_system_prompt(&self.inner.config.system_prompt, messages);
+        // What the embedder attached cannot be written down (see `kept`).
+        let kept = self
+            .inner
+            .kept_runs
+            .clone()
+            .filter(|_| options.context_is_empty())
+            .map(|store| Keeping {
+                store,
+                what: KeptWhat::Chat {
+                    messages: messages.clone(),
+                    tape: Mutex::default(),
+                },
+            });
+        let snapshot = self.inner.skills.snapshot();
+        let (run, events) =
+            RunContext::new(self.inner.clone(), options, RunId::random(), snapshot, kept);
+        let body = main_agent(run.clone(), Transcript::from_messages(messages));
         Ok(RunHandle::spawn(&run, events, body))
     }
 
@@ -362,13 +374,15 @@ impl Agent {
             .kept_runs
             .clone()
             .filter(|_| options.context_is_empty())
-            .map(|store| KeptSteps {
+            .map(|store| Keeping {
                 store,
-                skill: SkillVersion::of(&skill.component),
-                input: input.clone(),
+                what: KeptWhat::Skill {
+                    skill: SkillVersion::of(&skill.component),
+                    input: input.clone(),
+                },
             });
         let (run, events) =
-            RunContext::open(self.inner.clone(), options, RunId::random(), snapshot, kept);
+            RunContext::new(self.inner.clone(), options, RunId::random(), snapshot, kept);
         let body = {
             let run = run.clone();
             async move {
@@ -391,8 +405,9 @@ impl Agent {
     /// each under its own id and waiting again on its confirmation (same id,
     /// same expiry), and returns them with the files that hold no run this
     /// host can resume (left where they are, for a person to look at). A
-    /// run whose skill is no longer loaded, or changed, ends at once with
-    /// its skill failed, saying what already ran. Call it once, as the
+    /// skill run whose skill is no longer loaded, or changed, ends at once
+    /// with its skill failed, saying what already ran; a conversation that
+    /// no longer makes the calls it made is stopped. Call it once, as the
     /// host starts, inside a Tokio runtime.
     pub fn resume_kept_runs(&self) -> (Vec<ResumedRun>, Vec<UnreadableRun>) {
         let Some(store) = &self.inner.kept_runs else {
@@ -407,40 +422,86 @@ impl Agent {
     }
 
     fn resume(&self, store: &Arc<RunStore>, kept: KeptRun) -> ResumedRun {
+        let KeptRun {
+            run: id,
+            requested_by,
+            kept,
+            waiting,
+            ..
+        } = kept;
         let snapshot = self.inner.skills.snapshot();
-        let skill = snapshot.get(kept.skill.name.as_str()).cloned();
-        let options = match &kept.requested_by {
+        let options = match &requested_by {
             Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
             None => RunOptions::new(),
         };
-        let steps = KeptSteps {
-            store: store.clone(),
-            skill: kept.skill.clone(),
-            input: kept.input.clone(),
-        };
-        let skill_version = kept.skill.clone();
-        let requested_by = kept.requested_by.clone();
-        let (run, events) = RunContext::open(
-            self.inner.clone(),
-            options,
-            kept.run.clone(),
-            snapshot,
-            Some(steps),
-        );
-        let body = {
-            let run = run.clone();
-            async move {
-                let outcome = skill::resume(&run, skill.as_ref(), kept).await?;
-                Ok(SkillOutput {
-                    outcome,
-                    stats: run.stats(),
-                })
+        let store = store.clone();
+        match kept {
+            Kept::Skill {
+                skill,
+                input,
+                journal,
+            } => {
+                let loaded = snapshot.get(skill.name.as_str()).cloned();
+                let what = KeptWhat::Skill {
+                    skill: skill.clone(),
+                    input: input.clone(),
+                };
+                let (run, events) = RunContext::new(
+                    self.inner.clone(),
+                    options,
+                    id,
+                    snapshot,
+                    Some(Keeping { store, what }),
+                );
+                let body = {
+                    let (run, skill) = (run.clone(), skill.clone());
+                    async move {
+                        let kept = skill::KeptInvocation {
+                            skill,
+                            input,
+                            journal: *journal,
+                            waiting,
+                        };
+                        let outcome = skill::resume(&run, loaded.as_ref(), kept).await?;
+                        Ok(SkillOutput {
+                            outcome,
+                            stats: run.stats(),
+                        })
+                    }
+                };
+                ResumedRun::Skill {
+                    skill,
+                    requested_by,
+                    run: RunHandle::spawn(&run, events, body),
+                }
             }
-        };
-        ResumedRun {
-            skill: skill_version,
-            requested_by,
-            run: RunHandle::spawn(&run, events, body),
+            Kept::Chat { messages, told } => {
+                let what = KeptWhat::Chat {
+                    messages: messages.clone(),
+                    tape: Mutex::new(Tape::resumed(told, waiting)),
+                };
+                let (run, events) = RunContext::new(
+                    self.inner.clone(),
+                    options,
+                    id,
+                    snapshot,
+                    Some(Keeping { store, what }),
+                );
+                let body = {
+                    let run = run.clone();
+                    async move {
+                        let output =
+                            main_agent(run.clone(), Transcript::from_messages(messages)).await;
+                        // However it ended, it does not wait any more.
+                        run.unkeep();
+                        output
+                    }
+                };
+                ResumedRun::Chat {
+                    requested_by,
+                    run: RunHandle::spawn(&run, events, body),
+                }
+            }
         }
     }
 }

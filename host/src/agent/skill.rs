@@ -16,14 +16,14 @@ use serde_json::Value;
 
 use super::AgentError;
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, SkillPath};
-use super::kept::{KeptConfirmation, KeptRun};
+use super::kept::KeptConfirmation;
 use super::llm::Message;
 use super::react::{Loop, SkillScope};
 use super::run::{Ask, Journal, RunContext, StepsDispatch, steps_error};
 use super::transcript::Transcript;
 use crate::runtime::{InvokeError, RunOutcome, RunReport, SkillComponent};
 use crate::skills::signature::NotAdmitted;
-use crate::skills::{LoadedSkill, SkillName};
+use crate::skills::{LoadedSkill, SkillName, SkillVersion};
 
 /// Runs `loaded` on `input` (already validated against its parameters) and
 /// returns its outcome, reported as
@@ -46,6 +46,15 @@ pub(super) async fn invoke(
     invoke_on(run, loaded, input, path, StepsStart::Anew).await
 }
 
+/// What a kept skill run wrote down ([`super::kept::Kept::Skill`]), and
+/// the call it waited on.
+pub(super) struct KeptInvocation {
+    pub(super) skill: SkillVersion,
+    pub(super) input: Value,
+    pub(super) journal: Journal,
+    pub(super) waiting: KeptConfirmation,
+}
+
 /// Resumes a kept run's skill ([`super::kept`]): the call it waited on is
 /// asked again, then its steps run on from the journal, as in [`invoke`].
 /// `loaded` is the skill of that name now loaded, if any: other code than
@@ -53,14 +62,13 @@ pub(super) async fn invoke(
 pub(super) async fn resume(
     run: &Arc<RunContext>,
     loaded: Option<&LoadedSkill>,
-    kept: KeptRun,
+    kept: KeptInvocation,
 ) -> Result<CallOutcome, AgentError> {
-    let KeptRun {
+    let KeptInvocation {
         skill,
         input,
         journal,
         waiting,
-        ..
     } = kept;
     let changed = match loaded {
         None => Some("it is no longer loaded".to_owned()),

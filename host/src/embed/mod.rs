@@ -258,12 +258,13 @@ impl SkillHostBuilder {
         self
     }
 
-    /// Keeps skill invocations whose steps wait for a person in `dir`
-    /// (created for this user alone), so that they outlive the process: the
-    /// next host built on `dir` resumes them, their confirmations pending
-    /// again under the same ids ([`SkillHost::take_resumed_runs`]). Which
-    /// runs are kept, and how: [`crate::agent::RunStore`]. Default: none,
-    /// runs waiting for a person end with the process.
+    /// Keeps runs that wait for a person (skill invocations and
+    /// conversations) in `dir`, created for this user alone, so that they
+    /// outlive the process: the next host built on `dir` resumes them,
+    /// their confirmations pending again under the same ids
+    /// ([`SkillHost::take_resumed_runs`]). Which runs are kept, and how:
+    /// the `agent::kept` module. Default: none, runs waiting for a person
+    /// end with the process.
     pub fn keep_runs(mut self, dir: impl Into<PathBuf>) -> Self {
         self.kept_runs = Some(dir.into());
         self
@@ -334,7 +335,7 @@ impl SkillHostBuilder {
             agent = agent.keep_runs(Arc::new(store));
         }
         let agent = agent.build()?;
-        let resumed = resume_kept_runs(&agent);
+        let resumed = resume_kept_runs(&agent).await;
         Ok(SkillHost {
             inner: Arc::new(Inner {
                 agent,
@@ -351,16 +352,20 @@ impl SkillHostBuilder {
 }
 
 /// Resumes the runs `agent` keeps, saying in the log what it resumed and
-/// which files it could not.
-fn resume_kept_runs(agent: &Agent) -> Vec<ResumedRun> {
+/// which files it could not. Returns once each waits again on its
+/// confirmation, or ended: an answer sent as soon as the host serves finds
+/// its confirmation open.
+async fn resume_kept_runs(agent: &Agent) -> Vec<ResumedRun> {
     let (resumed, unreadable) = agent.resume_kept_runs();
+    for run in &resumed {
+        run.settle().await;
+    }
     for file in unreadable {
         tracing::warn!(file = %file.path.display(), reason = %file.reason,
             "a kept run could not be resumed; the file is left where it is");
     }
     for kept in &resumed {
-        tracing::info!(run = %kept.run.id, skill = %kept.skill,
-            "a kept run resumed: it waits again for its answer");
+        tracing::info!(run = %kept.id(), "a kept run resumed: it waits again for its answer");
     }
     resumed
 }

@@ -195,7 +195,7 @@ pub fn answer_path(mount: &Mount, pending: &PendingConfirmation) -> String {
 
 /// Drives a chat run to its end or its next confirmation and answers with
 /// one completion.
-async fn complete_chat(
+pub(super) async fn complete_chat(
     state: &AppState,
     chat: ChatRun,
     mount: &Mount,

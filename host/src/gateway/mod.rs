@@ -377,7 +377,7 @@ impl Gateway {
         // (outside a Tokio runtime, they are left to the host).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             for run in state.host.take_resumed_runs() {
-                runtime.spawn(skills::adopt(state.clone(), run));
+                runtime.spawn(runs::adopt(state.clone(), run));
             }
         }
         Self { state }
@@ -485,6 +485,12 @@ impl Gateway {
 pub(crate) struct Mount(String);
 
 impl Mount {
+    /// Mounted at the root: a run no request drives (one taken in as the
+    /// gateway is made) answers paths from there.
+    fn root() -> Self {
+        Self(String::new())
+    }
+
     fn prefix(&self) -> &str {
         &self.0
     }

@@ -16,17 +16,17 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use crate::agent::llm::Usage;
 use crate::agent::{
     AgentError, AgentEvent, Caller, ConfirmationWatch, Confirmations, PendingConfirmation,
-    RunHandle, RunId,
+    ResumedRun, RunHandle, RunId,
 };
 use crate::skills::{SkillName, SkillVersion};
 
 use axum::http::StatusCode;
 use tokio::task::AbortHandle;
 
-use super::AppState;
 use super::errors::{ApiError, ErrorType};
 use super::ledger::{Ledgered, RunLedger, RunState};
 use super::openai::CompletionMeta;
+use super::{AppState, Mount};
 
 /// A run the gateway drives; aborted when dropped while it still runs,
 /// unless a person's answer resumed it ([`Resumable::answered`]) and it has
@@ -304,6 +304,46 @@ impl From<InvokeRun> for Parked {
     }
 }
 
+/// Takes in a run an earlier process kept on disk and this host resumed
+/// ([`SkillHost::take_resumed_runs`](crate::embed::SkillHost::take_resumed_runs)):
+/// on record in the ledger from the start, for its requester to look up
+/// (`GET /v1/runs/{id}`), and parked on its confirmation like any run that
+/// waits, so that `POST /v1/confirmations/{id}` answers with what follows
+/// (the invocation's result, the conversation's completion).
+pub async fn adopt(state: Arc<AppState>, resumed: ResumedRun) {
+    let id = resumed.id().clone();
+    let mount = Mount::root();
+    let driven = match resumed {
+        ResumedRun::Skill {
+            skill,
+            requested_by,
+            run,
+        } => {
+            let run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
+            super::skills::drive_invocation(&state, InvokeRun { run, skill }, &mount)
+                .await
+                .map(|_| ())
+        }
+        ResumedRun::Chat { requested_by, run } => {
+            let model = state
+                .host
+                .llm()
+                .map_or_else(|_| String::new(), |llm| llm.config().model.clone());
+            let meta = CompletionMeta::new(id.clone(), model);
+            let run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
+            super::chat::complete_chat(&state, ChatRun { run, meta }, &mount)
+                .await
+                .map(|_| ())
+        }
+    };
+    match driven {
+        Ok(()) => tracing::info!(run = %id, "a kept run taken in: it waits again, or it ended"),
+        Err(error) => {
+            tracing::warn!(run = %id, error = error.message(), "a kept run resumed and failed");
+        }
+    }
+}
+
 /// A run that a person's answer can resume.
 pub trait Resumable: Into<Parked> + Sized {
     /// Whether dropping the run aborts it (see [`OwnedRun`]).
@@ -363,10 +403,11 @@ pub trait Resume: Send + Sized + 'static {
 
 impl Resume for Parked {
     fn let_go(self) {
-        if let Self::Invoke(mut invoke) = self
-            && invoke.run.is_kept()
-        {
-            invoke.abort_on_drop(false);
+        match self {
+            Self::Invoke(mut invoke) if invoke.run.is_kept() => invoke.abort_on_drop(false),
+            Self::Chat(mut chat) if chat.run.is_kept() => chat.abort_on_drop(false),
+            // Dropped: aborted.
+            Self::Invoke(_) | Self::Chat(_) => {}
         }
     }
 

@@ -14,9 +14,7 @@ use super::ledger::skill_failed;
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
 use super::{AppState, Mount, RunStart};
-use crate::agent::{
-    AgentError, CallOutcome, PendingConfirmation, ResumedRun, RunOptions, SkillOutput,
-};
+use crate::agent::{AgentError, CallOutcome, PendingConfirmation, RunOptions, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill, and every file whose latest content failed to load.
@@ -175,34 +173,6 @@ pub async fn drive_invocation(
                     }
                 }
             }
-        }
-    }
-}
-
-/// Takes in a run an earlier process kept on disk and this host resumed
-/// ([`SkillHost::take_resumed_runs`](crate::embed::SkillHost::take_resumed_runs)):
-/// on record in the ledger from the start, for its requester to look up
-/// (`GET /v1/runs/{id}`), and parked on its confirmation like any
-/// invocation that waits, so that `POST /v1/confirmations/{id}` answers
-/// with its result.
-pub async fn adopt(state: Arc<AppState>, resumed: ResumedRun) {
-    let ResumedRun {
-        skill,
-        requested_by,
-        run,
-    } = resumed;
-    let id = run.id.clone();
-    let invocation = InvokeRun {
-        run: OwnedRun::new(run, state.ledger.clone()).on_record(requested_by),
-        skill,
-    };
-    match drive_invocation(&state, invocation, &Mount(String::new())).await {
-        Ok(Invoked::Pending { pending, .. }) => {
-            tracing::info!(run = %id, confirmation = %pending.id, "a kept run waits again");
-        }
-        Ok(Invoked::Done(_)) => tracing::info!(run = %id, "a kept run resumed and ended"),
-        Err(error) => {
-            tracing::warn!(run = %id, error = error.message(), "a kept run resumed and failed");
         }
     }
 }

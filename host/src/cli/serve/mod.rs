@@ -101,9 +101,9 @@ pub struct ServeArgs {
     /// [default: 30].
     #[arg(long, value_name = "SECONDS")]
     shutdown_grace: Option<u64>,
-    /// Keep skill invocations whose steps wait for a person's approval in
-    /// this directory (created for this user alone), so that a restart
-    /// does not lose them: the next serve on it resumes them, their
+    /// Keep the runs waiting for a person's approval (skill invocations and
+    /// chats) in this directory, created for this user alone, so that a
+    /// restart does not lose them: the next serve on it resumes them, their
     /// confirmations pending again under the same ids [default: none, they
     /// end with the process].
     #[arg(long, value_name = "DIR", env = "SKILLHOST_RUNS_DIR")]
