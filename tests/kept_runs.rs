@@ -89,6 +89,24 @@ impl Premises {
         })
     }
 
+    /// In a process of its own that then ends: a chat whose model calls
+    /// `processRefund`, left waiting for the refund's approval inside the
+    /// skill. Returns the run's id and the confirmation's.
+    fn refund_chat_left_waiting(&self) -> (RunId, String) {
+        let process = tokio::runtime::Runtime::new().unwrap();
+        process.block_on(async {
+            let llm = ScriptedLlm::start(vec![refund_call()]).await;
+            let host = self.host_with(Some(&llm)).await;
+            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
+            while let Some(event) = run.events.recv().await {
+                if let AgentEvent::ConfirmationPending(pending) = event {
+                    return (run.id.clone(), pending.id.to_string());
+                }
+            }
+            panic!("the conversation did not wait for the refund's approval");
+        })
+    }
+
     fn kept_file(&self, run: &RunId) -> PathBuf {
         self.runs.join(format!("{run}.json"))
     }
@@ -223,20 +241,7 @@ async fn an_aborted_run_is_not_kept_an_unreadable_file_is_left_alone_and_a_secon
 #[test]
 fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
     let premises = Premises::new();
-    let (run_id, confirmation) = {
-        let process = tokio::runtime::Runtime::new().unwrap();
-        process.block_on(async {
-            let llm = ScriptedLlm::start(vec![refund_call()]).await;
-            let host = premises.host_with(Some(&llm)).await;
-            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
-            while let Some(event) = run.events.recv().await {
-                if let AgentEvent::ConfirmationPending(pending) = event {
-                    return (run.id.clone(), pending.id.to_string());
-                }
-            }
-            panic!("the conversation did not wait for the refund's approval");
-        })
-    };
+    let (run_id, confirmation) = premises.refund_chat_left_waiting();
     assert!(premises.kept_file(&run_id).exists());
 
     let process = tokio::runtime::Runtime::new().unwrap();
@@ -284,20 +289,7 @@ fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
 #[test]
 fn a_resumed_conversation_that_does_something_else_is_stopped() {
     let premises = Premises::new();
-    let run_id = {
-        let process = tokio::runtime::Runtime::new().unwrap();
-        process.block_on(async {
-            let llm = ScriptedLlm::start(vec![refund_call()]).await;
-            let host = premises.host_with(Some(&llm)).await;
-            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
-            while let Some(event) = run.events.recv().await {
-                if matches!(event, AgentEvent::ConfirmationPending(_)) {
-                    return run.id.clone();
-                }
-            }
-            panic!("the conversation did not wait for the refund's approval");
-        })
-    };
+    let (run_id, _) = premises.refund_chat_left_waiting();
     std::fs::remove_file(premises.dir.path().join("skills/processRefund.wasm")).unwrap();
 
     let process = tokio::runtime::Runtime::new().unwrap();

@@ -320,19 +320,10 @@ impl Agent {
             return Err(AgentError::NoUserMessage);
         }
         let messages = with_system_prompt(&self.inner.config.system_prompt, messages);
-        // What the embedder attached cannot be written down (see `kept`).
-        let kept = self
-            .inner
-            .kept_runs
-            .clone()
-            .filter(|_| options.context_is_empty())
-            .map(|store| Keeping {
-                store,
-                what: KeptWhat::Chat {
-                    messages: messages.clone(),
-                    tape: Mutex::default(),
-                },
-            });
+        let kept = self.keeping(&options, || KeptWhat::Chat {
+            messages: messages.clone(),
+            tape: Mutex::default(),
+        });
         let snapshot = self.inner.skills.snapshot();
         let (run, events) =
             RunContext::new(self.inner.clone(), options, RunId::random(), snapshot, kept);
@@ -368,19 +359,10 @@ impl Agent {
             .component
             .validate_input(&input)
             .map_err(AgentError::InvalidInput)?;
-        // What the embedder attached cannot be written down (see `kept`).
-        let kept = self
-            .inner
-            .kept_runs
-            .clone()
-            .filter(|_| options.context_is_empty())
-            .map(|store| Keeping {
-                store,
-                what: KeptWhat::Skill {
-                    skill: SkillVersion::of(&skill.component),
-                    input: input.clone(),
-                },
-            });
+        let kept = self.keeping(&options, || KeptWhat::Skill {
+            skill: SkillVersion::of(&skill.component),
+            input: input.clone(),
+        });
         let (run, events) =
             RunContext::new(self.inner.clone(), options, RunId::random(), snapshot, kept);
         let body = {
@@ -394,6 +376,17 @@ impl Agent {
             }
         };
         Ok(RunHandle::spawn(&run, events, body))
+    }
+
+    /// What a new run started with `options` keeps while it waits: `what`,
+    /// when the agent keeps runs and the run's tool context is empty (what
+    /// an embedder attached cannot be written down, see `kept`).
+    fn keeping(&self, options: &RunOptions, what: impl FnOnce() -> KeptWhat) -> Option<Keeping> {
+        let store = self.inner.kept_runs.clone()?;
+        options.context_is_empty().then(|| Keeping {
+            store,
+            what: what(),
+        })
     }
 
     /// Where runs are kept while they wait ([`AgentBuilder::keep_runs`]).
