@@ -321,6 +321,17 @@ impl CallOutcome {
     }
 }
 
+/// Where a resumed run's replay is at one thing it is told ([`super::kept`]).
+enum Replayed {
+    /// Not replaying: the run asks for real (and records, when kept).
+    Live,
+    /// What it was told at this point before.
+    Told(Told),
+    /// Replaying, past everything it was told: only the confirmation it
+    /// waited on may come now.
+    PastTheRecord,
+}
+
 /// How a call that needs a person's approval asks for it.
 pub(super) enum Ask<'a> {
     /// With a new confirmation.
@@ -532,22 +543,15 @@ impl RunContext {
         caller: &Caller,
         request: ChatRequest,
     ) -> Result<ChatResponse, AgentError> {
-        let divergence = self
-            .kept
-            .as_ref()
-            .and_then(Keeping::tape)
-            .and_then(|tape| tape.divergence().map(str::to_owned));
-        if let Some(why) = divergence {
+        if let Some(why) = self.divergence() {
             return Err(AgentError::Aborted(why));
         }
-        let replayed = match self.replay() {
-            Some(Told::Llm { response }) => Some(response),
-            Some(_) => return Err(self.diverged("asked the model where it had not")),
-            None => None,
-        };
-        let response = match replayed {
-            Some(response) => response,
-            None => self.ask_llm(caller, request).await?,
+        let response = match self.replay() {
+            Replayed::Told(Told::Llm { response }) => response,
+            Replayed::Told(_) | Replayed::PastTheRecord => {
+                return Err(self.diverged("asked the model where it had not"));
+            }
+            Replayed::Live => self.ask_llm(caller, request).await?,
         };
         {
             let mut stats = self.stats.lock().unwrap_or_else(PoisonError::into_inner);
@@ -678,16 +682,22 @@ impl RunContext {
             }
             .into());
         }
+        // A resumed run that stopped keeping to its record makes no call.
+        if let Some(why) = self.divergence() {
+            return Err(ToolError::Failed(format!("not executed: {why}")).into());
+        }
         let policy = &self.agent.config.confirmation;
         if policy.requires(registered.spec()) {
             let resolution = match self.replay() {
-                Some(Told::Answer {
+                Replayed::Told(Told::Answer {
                     tool: told_tool,
                     arguments: told_arguments,
                     answer,
                 }) if told_tool == tool && told_arguments == arguments => answer.resolution(),
-                Some(_) => return Err(self.diverged_call(tool)),
-                None => {
+                Replayed::Told(_) => return Err(self.diverged_call(tool)),
+                // Past the record only the confirmation it waited on may
+                // come: `ask_person` reopens it, or stops the run.
+                Replayed::Live | Replayed::PastTheRecord => {
                     let resolution = self.ask_person(caller, tool, &arguments, ask).await?;
                     if let Some(answer) = KeptAnswer::of(&resolution) {
                         self.record(|| Told::Answer {
@@ -707,13 +717,13 @@ impl RunContext {
             }
         }
         let result = match self.replay() {
-            Some(Told::Tool {
+            Replayed::Told(Told::Tool {
                 tool: told_tool,
                 arguments: told_arguments,
                 result,
             }) if told_tool == tool && told_arguments == arguments => result?,
-            Some(_) => return Err(self.diverged_call(tool)),
-            None => {
+            Replayed::Told(_) | Replayed::PastTheRecord => return Err(self.diverged_call(tool)),
+            Replayed::Live => {
                 let taped = self.taping().then(|| arguments.clone());
                 let result = span
                     .execute(registered, &self.tool_context, arguments)
@@ -804,23 +814,39 @@ impl RunContext {
     /// The WASI randomness and clocks of a new skill invocation's steps:
     /// fresh, or in a resumed conversation those they had before.
     fn wasi_sources(&self) -> WasiSources {
-        if let Some(Told::Wasi { sources }) = self.replay() {
-            return sources;
+        match self.replay() {
+            Replayed::Told(Told::Wasi { sources }) => sources,
+            // Fresh ones, for steps that make no call any more: the run
+            // has stopped keeping to its record.
+            Replayed::Told(_) | Replayed::PastTheRecord => {
+                self.diverged("ran steps where it had not");
+                WasiSources::fresh()
+            }
+            Replayed::Live => {
+                let sources = WasiSources::fresh();
+                self.record(|| Told::Wasi {
+                    sources: sources.clone(),
+                });
+                sources
+            }
         }
-        let sources = WasiSources::fresh();
-        self.record(|| Told::Wasi {
-            sources: sources.clone(),
-        });
-        sources
     }
 
-    /// The next thing a resumed run was told before, while it replays.
-    fn replay(&self) -> Option<Told> {
-        let mut tape = self.kept.as_ref()?.tape()?;
+    /// Where a resumed run's replay is, at the next thing it is told.
+    fn replay(&self) -> Replayed {
+        let Some(mut tape) = self.kept.as_ref().and_then(Keeping::tape) else {
+            return Replayed::Live;
+        };
         if !tape.replaying() {
-            return None;
+            return Replayed::Live;
         }
-        tape.next()
+        tape.next().map_or(Replayed::PastTheRecord, Replayed::Told)
+    }
+
+    /// Why a resumed run stopped keeping to its record, if it did.
+    fn divergence(&self) -> Option<String> {
+        let tape = self.kept.as_ref().and_then(Keeping::tape)?;
+        tape.divergence().map(str::to_owned)
     }
 
     /// Whether the run is a resumed conversation still replaying.
