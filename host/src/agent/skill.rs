@@ -70,24 +70,25 @@ pub(super) async fn resume(
         journal,
         waiting,
     } = kept;
-    let changed = match loaded {
-        None => Some("it is no longer loaded".to_owned()),
-        Some(loaded) if loaded.component.digest() != skill.digest => Some(format!(
+    // The component whose steps made the calls, or why it is not there.
+    let same = match loaded {
+        None => Err("it is no longer loaded".to_owned()),
+        Some(loaded) if loaded.component.digest() != skill.digest => Err(format!(
             "it changed while the run waited ({}, now {})",
             skill.digest,
             loaded.component.digest()
         )),
-        Some(_) => None,
+        Some(loaded) => Ok(loaded),
     };
-    let outcome = match (loaded, changed) {
-        (Some(loaded), None) => {
+    let outcome = match same {
+        Ok(loaded) => {
             let start = StepsStart::Kept {
                 journal,
                 waiting: &waiting,
             };
             invoke_on(run, loaded, input, SkillPath::Steps, start).await?
         }
-        (_, changed) => {
+        Err(changed) => {
             run.emit(AgentEvent::SkillStarted {
                 skill: skill.name.clone(),
                 input,
@@ -98,7 +99,7 @@ pub(super) async fn resume(
                     "skill `{}` was not run again after its host restarted: {}; already \
                      executed: {}",
                     skill.name,
-                    changed.unwrap_or_default(),
+                    changed,
                     executed(&journal.ran())
                 ),
             };

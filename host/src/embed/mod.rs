@@ -3,7 +3,7 @@
 //! [`SkillHost::builder`].
 //!
 //! ```no_run
-//! use std::sync::{Arc, Mutex, PoisonError};
+//! use std::sync::Arc;
 //!
 //! use serde_json::json;
 //! use skillhost::agent::Decision;
@@ -428,14 +428,6 @@ impl SkillHost {
         }
     }
 
-    /// Runs the skill `name` on `input`: its deterministic steps (no LLM
-    /// needed) or its sub-agent. Fails at once, before anything runs, when
-    /// no such skill is loaded ([`AgentError::UnknownSkill`]) or the input
-    /// does not match its parameters ([`AgentError::InvalidInput`]). Writes
-    /// that need approval wait for [`SkillHost::approve`]. The version that
-    /// runs is the one loaded now, whatever reloads follow
-    /// ([`RunHandle::skills`]). The run is a task of its own: like
-    /// [`SkillHost::chat`], call it inside a Tokio runtime.
     /// Where runs waiting for a person are kept
     /// ([`SkillHostBuilder::keep_runs`]), if they are.
     pub fn run_store(&self) -> Option<&RunStore> {
@@ -445,8 +437,8 @@ impl SkillHost {
     /// The runs kept on disk by an earlier host on the same directory
     /// ([`SkillHostBuilder::keep_runs`]) and resumed as this one started:
     /// each waits again on its confirmation (answer it as any other), or
-    /// ended at once when its skill changed meanwhile. Taken once; a run
-    /// not taken goes on all the same.
+    /// ended at once when it could not go on (its skill changed
+    /// meanwhile). Taken once; a run not taken goes on all the same.
     pub fn take_resumed_runs(&self) -> Vec<ResumedRun> {
         std::mem::take(
             &mut self
@@ -457,6 +449,14 @@ impl SkillHost {
         )
     }
 
+    /// Runs the skill `name` on `input`: its deterministic steps (no LLM
+    /// needed) or its sub-agent. Fails at once, before anything runs, when
+    /// no such skill is loaded ([`AgentError::UnknownSkill`]) or the input
+    /// does not match its parameters ([`AgentError::InvalidInput`]). Writes
+    /// that need approval wait for [`SkillHost::approve`]. The version that
+    /// runs is the one loaded now, whatever reloads follow
+    /// ([`RunHandle::skills`]). The run is a task of its own: like
+    /// [`SkillHost::chat`], call it inside a Tokio runtime.
     pub fn invoke(&self, name: &str, input: Value) -> Result<RunHandle<SkillOutput>, AgentError> {
         self.inner.agent.start_skill(name, input)
     }
