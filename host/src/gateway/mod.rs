@@ -375,9 +375,9 @@ impl Gateway {
         });
         // Runs the host resumed from disk are parked here as they wait
         // (outside a Tokio runtime, they are left to the host).
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        if tokio::runtime::Handle::try_current().is_ok() {
             for run in state.host.take_resumed_runs() {
-                runtime.spawn(runs::adopt(state.clone(), run));
+                runs::take_in(&state, run);
             }
         }
         Self { state }

@@ -204,9 +204,32 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
         self.finish().await
     }
 
+    /// The confirmation the run waits on, as far as its queued events tell,
+    /// without waiting for more (put on record as it is found); `None` when
+    /// they tell none (it ended, or has not reached one yet).
+    pub fn waiting_now(&mut self) -> Option<PendingConfirmation> {
+        let handle = self.handle.as_mut()?;
+        while let Ok(event) = handle.events.try_recv() {
+            if let Some(pending) = self.tally.take(event, &mut |_| {}) {
+                self.record_waiting(&pending);
+                return Some(pending);
+            }
+        }
+        None
+    }
+
     /// The run waits for `pending`: recorded before whoever holds the run
     /// parks it, so before an answer can resume it and its end be recorded.
     fn waits(mut self, pending: PendingConfirmation) -> Progress<T> {
+        self.record_waiting(&pending);
+        Progress::Pending {
+            run: self,
+            pending: Box::new(pending),
+        }
+    }
+
+    /// Puts the run on record as waiting for `pending`.
+    fn record_waiting(&mut self, pending: &PendingConfirmation) {
         if let Some(handle) = &self.handle {
             let owner = pending.requested_by.clone();
             self.ledger.record(
@@ -215,10 +238,6 @@ impl<T: Ledgered + Send + 'static> OwnedRun<T> {
                 RunState::Waiting(pending.clone()),
             );
             self.on_record = Some(OnRecord { owner });
-        }
-        Progress::Pending {
-            run: self,
-            pending: Box::new(pending),
         }
     }
 
@@ -305,24 +324,27 @@ impl From<InvokeRun> for Parked {
 }
 
 /// Takes in a run an earlier process kept on disk and this host resumed
-/// ([`SkillHost::take_resumed_runs`](crate::embed::SkillHost::take_resumed_runs)):
-/// on record in the ledger from the start, for its requester to look up
-/// (`GET /v1/runs/{id}`), and parked on its confirmation like any run that
-/// waits, so that `POST /v1/confirmations/{id}` answers with what follows
-/// (the invocation's result, the conversation's completion).
-pub async fn adopt(state: Arc<AppState>, resumed: ResumedRun) {
+/// ([`SkillHost::take_resumed_runs`](crate::embed::SkillHost::take_resumed_runs)),
+/// as the gateway is made: on record in the ledger from the start, for its
+/// requester to look up (`GET /v1/runs/{id}`), and parked on its
+/// confirmation before the gateway serves, so that the first
+/// `POST /v1/confirmations/{id}` answers with what follows (the
+/// invocation's result, the conversation's completion). A run that ended
+/// meanwhile is driven to its end in the background.
+pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
     let id = resumed.id().clone();
-    let mount = Mount::root();
-    let driven = match resumed {
+    let waiting = match resumed {
         ResumedRun::Skill {
             skill,
             requested_by,
             run,
         } => {
-            let run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
-            super::skills::drive_invocation(&state, InvokeRun { run, skill }, &mount)
-                .await
-                .map(|_| ())
+            let mut run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
+            let invoke = |run| InvokeRun { run, skill };
+            match run.waiting_now() {
+                Some(pending) => park(state, &pending, invoke(run)).map(|a| a.map(Parked::from)),
+                None => Ok(Some(invoke(run).into())),
+            }
         }
         ResumedRun::Chat { requested_by, run } => {
             let model = state
@@ -330,17 +352,39 @@ pub async fn adopt(state: Arc<AppState>, resumed: ResumedRun) {
                 .llm()
                 .map_or_else(|_| String::new(), |llm| llm.config().model.clone());
             let meta = CompletionMeta::new(id.clone(), model);
-            let run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
-            super::chat::complete_chat(&state, ChatRun { run, meta }, &mount)
-                .await
-                .map(|_| ())
+            let mut run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
+            let chat = |run| ChatRun { run, meta };
+            match run.waiting_now() {
+                Some(pending) => park(state, &pending, chat(run)).map(|a| a.map(Parked::from)),
+                None => Ok(Some(chat(run).into())),
+            }
         }
     };
-    match driven {
-        Ok(()) => tracing::info!(run = %id, "a kept run taken in: it waits again, or it ended"),
-        Err(error) => {
-            tracing::warn!(run = %id, error = error.message(), "a kept run resumed and failed");
+    match waiting {
+        Ok(None) => tracing::info!(run = %id, "a kept run waits again"),
+        // Ended, or answered already: on to its end (or next confirmation).
+        Ok(Some(run)) => {
+            tokio::spawn(drive_taken_in(state.clone(), run));
         }
+        Err(error) => tracing::warn!(run = %id, error = error.message(),
+            "a kept run could not wait here again; it was stopped"),
+    }
+}
+
+/// Drives a run taken in ([`take_in`]) as the request that answers it
+/// would: to its end, or to its next confirmation, where it is parked.
+async fn drive_taken_in(state: Arc<AppState>, run: Parked) {
+    let mount = Mount::root();
+    let driven = match run.answered() {
+        Parked::Invoke(invoke) => super::skills::drive_invocation(&state, invoke, &mount)
+            .await
+            .map(drop),
+        Parked::Chat(chat) => super::chat::complete_chat(&state, chat, &mount)
+            .await
+            .map(drop),
+    };
+    if let Err(error) = driven {
+        tracing::warn!(error = error.message(), "a kept run taken in failed");
     }
 }
 
