@@ -427,7 +427,19 @@ impl Agent {
             Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
             None => RunOptions::new(),
         };
-        let store = store.clone();
+        let open = |what| {
+            let kept = Keeping {
+                store: store.clone(),
+                what,
+            };
+            RunContext::new(
+                self.inner.clone(),
+                options,
+                id,
+                snapshot.clone(),
+                Some(kept),
+            )
+        };
         match kept {
             Kept::Skill {
                 skill,
@@ -435,17 +447,10 @@ impl Agent {
                 journal,
             } => {
                 let loaded = snapshot.get(skill.name.as_str()).cloned();
-                let what = KeptWhat::Skill {
+                let (run, events) = open(KeptWhat::Skill {
                     skill: skill.clone(),
                     input: input.clone(),
-                };
-                let (run, events) = RunContext::new(
-                    self.inner.clone(),
-                    options,
-                    id,
-                    snapshot,
-                    Some(Keeping { store, what }),
-                );
+                });
                 let body = {
                     let (run, skill) = (run.clone(), skill.clone());
                     async move {
@@ -469,17 +474,10 @@ impl Agent {
                 }
             }
             Kept::Chat { messages, told } => {
-                let what = KeptWhat::Chat {
+                let (run, events) = open(KeptWhat::Chat {
                     messages: messages.clone(),
                     tape: Mutex::new(Tape::resumed(told, waiting)),
-                };
-                let (run, events) = RunContext::new(
-                    self.inner.clone(),
-                    options,
-                    id,
-                    snapshot,
-                    Some(Keeping { store, what }),
-                );
+                });
                 let body = {
                     let run = run.clone();
                     async move {
