@@ -1085,16 +1085,24 @@ fn said(line: &str) -> String {
     }
 }
 
-/// The rest of a serve's stderr, to its end, one line after another.
-async fn read_to_end(
+/// How a serve ended, after `signal`ling it (`-TERM`), and the rest of
+/// what it said. Its stderr is read to the end first: a serve saying more
+/// than a pipe holds would otherwise never end.
+async fn ended(
+    serve: &mut tokio::process::Child,
     stderr: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
-) -> String {
-    let mut said = String::new();
-    while let Ok(Some(line)) = stderr.next_line().await {
-        said.push_str(&line);
-        said.push('\n');
-    }
-    said
+) -> (std::process::ExitStatus, String) {
+    let ending = async {
+        let mut said = String::new();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            said.push_str(&line);
+            said.push('\n');
+        }
+        (serve.wait().await.unwrap(), said)
+    };
+    tokio::time::timeout(Duration::from_secs(40), ending)
+        .await
+        .expect("serve did not end within 40 s")
 }
 
 /// Sends SIGTERM to `child`.
@@ -1150,12 +1158,8 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
         .unwrap();
     assert_eq!(parked.status(), reqwest::StatusCode::ACCEPTED);
     terminate(&serve).await;
-    let status = tokio::time::timeout(Duration::from_secs(20), serve.wait())
-        .await
-        .expect("a waiting run does not hold the exit up")
-        .unwrap();
-    assert_eq!(status.code(), Some(0));
-    let said = read_to_end(&mut stderr).await;
+    let (status, said) = ended(&mut serve, &mut stderr).await;
+    assert_eq!(status.code(), Some(0), "{said}");
     assert!(
         said.contains(
             "1 confirmation(s) still waiting are withdrawn with their runs: applyRefund: orderId \
@@ -1192,12 +1196,8 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
         .await
         .expect("the chat did not reach the model within 30 s");
     terminate(&serve).await;
-    let status = tokio::time::timeout(Duration::from_secs(20), serve.wait())
-        .await
-        .expect("exits after the grace")
-        .unwrap();
-    assert_eq!(status.code(), Some(1));
-    let said = read_to_end(&mut stderr).await;
+    let (status, said) = ended(&mut serve, &mut stderr).await;
+    assert_eq!(status.code(), Some(1), "{said}");
     assert!(said.contains("did not finish within 1s"), "{said}");
     chat.abort();
 }
@@ -1245,9 +1245,8 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
     assert_eq!(mode & 0o777, 0o700);
 
     terminate(&first).await;
-    let status = first.wait().await.unwrap();
-    assert_eq!(status.code(), Some(0));
-    let said = read_to_end(&mut stderr).await;
+    let (status, said) = ended(&mut first, &mut stderr).await;
+    assert_eq!(status.code(), Some(0), "{said}");
     assert!(
         said.contains("1 run(s) waiting for an answer are kept in runs and wait again at the next start: applyRefund: orderId '88231', reason 'broken'")
             && !said.contains("withdrawn"),
@@ -1341,8 +1340,7 @@ async fn a_chat_waiting_for_approval_is_kept_across_a_restart() {
         .unwrap()
         .to_owned();
     terminate(&first).await;
-    let status = first.wait().await.unwrap();
-    let said = read_to_end(&mut stderr).await;
+    let (status, said) = ended(&mut first, &mut stderr).await;
     assert_eq!(status.code(), Some(0), "{said}");
     assert!(
         said.contains("1 run(s) waiting for an answer are kept in runs"),
@@ -1971,13 +1969,14 @@ struct McpPeer {
 }
 
 impl McpPeer {
-    /// Starts `command` with its standard streams piped: killed when the
-    /// child is dropped.
+    /// Starts `command` with its standard input and output piped, killed
+    /// when the child is dropped. Its stderr, which no test reads, goes to
+    /// nothing: a pipe left unread would stop it once full.
     fn start(mut command: Command) -> (tokio::process::Child, Self) {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .unwrap();

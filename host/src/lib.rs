@@ -5,6 +5,7 @@
 //! repository root for the code map and the invariants each module keeps.
 
 pub mod agent;
+mod blocking;
 pub mod embed;
 pub mod gateway;
 mod private_dir;

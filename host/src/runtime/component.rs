@@ -16,6 +16,7 @@ use super::host::{
     sandboxed_store,
 };
 use super::limits::Limits;
+use crate::blocking::{off_executor, panic_message};
 use crate::skills::{Manifest, ManifestError, SkillName};
 use crate::tools::ToolRegistry;
 
@@ -90,7 +91,7 @@ impl SkillComponent {
     ) -> Result<Self, LoadError> {
         let compile = compiler(runtime);
         let (digest, component) =
-            off_executor(move || Ok((digest_of(&bytes), compile(&bytes)?))).await?;
+            compile_off_executor(move || Ok((digest_of(&bytes), compile(&bytes)?))).await?;
         Self::from_component(runtime, &component, digest, tools).await
     }
 
@@ -392,7 +393,7 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
 /// Compiles `bytes` into a component off the async executor.
 pub async fn compile(runtime: &Runtime, bytes: Vec<u8>) -> Result<Component, LoadError> {
     let compile = compiler(runtime);
-    off_executor(move || compile(&bytes)).await
+    compile_off_executor(move || compile(&bytes)).await
 }
 
 /// Compiles bytes for `runtime`'s engine, blocking the calling thread.
@@ -416,12 +417,12 @@ fn compiler(runtime: &Runtime) -> impl Fn(&[u8]) -> Result<Component, LoadError>
 
 /// Runs `work` (a compile, with the hash of the bytes for `load`) on the
 /// blocking thread pool; should it panic, that is a compile error.
-async fn off_executor<T: Send + 'static>(
+async fn compile_off_executor<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, LoadError> + Send + 'static,
 ) -> Result<T, LoadError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| LoadError::Compile(e.to_string()))?
+    off_executor(work).await.map_err(|panic| {
+        LoadError::Compile(format!("the compiler panicked: {}", panic_message(&panic)))
+    })?
 }
 
 /// The initial size in bytes of the largest memory any core module of the

@@ -93,6 +93,7 @@ use tokio::time::Instant;
 use super::SkillRegistry;
 use super::registry::{is_skill_file, wasm_files};
 
+use crate::blocking::panic_message;
 /// Quiet time after a file's last event before it is synced (the
 /// destination of a rename is synced at once), and after the last event
 /// asking for a rescan before the rescan runs. Default: 20 ms — long enough
@@ -646,13 +647,8 @@ impl Syncs {
         self.running.spawn(async move {
             let syncs = join_all(task.paths.iter().map(|path| registry.sync_path(path)));
             if let Err(panic) = AssertUnwindSafe(syncs).catch_unwind().await {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("no message");
                 tracing::error!(
-                    paths = ?task.paths, panic = message,
+                    paths = ?task.paths, panic = panic_message(&panic),
                     "a skill file's sync panicked; the skills loaded before stay"
                 );
             }

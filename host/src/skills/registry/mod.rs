@@ -50,6 +50,7 @@ use tokio::sync::{Mutex, MutexGuard, OwnedSemaphorePermit, Semaphore, broadcast}
 
 use super::SkillName;
 use super::signature::{Fingerprint, NotAdmitted, SignatureError, SignaturePolicy, Verification};
+use crate::blocking::{off_executor, panic_message};
 use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::text::{self, OUTSIDE_TEXT_BYTES};
 use crate::tools::ToolRegistry;
@@ -201,7 +202,7 @@ struct SkillFile {
 /// regular file, without reading it.
 async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || {
+    off_executor(move || {
         let file = std::fs::OpenOptions::new()
             .read(true)
             // A FIFO opened to read waits for a writer, forever if none
@@ -233,7 +234,7 @@ async fn read_skill_file(path: &Path) -> Result<SkillFile, FileError> {
         }
     })
     .await
-    .expect("reading a skill file does not panic")
+    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// What a file that is not a regular file is, for [`FileError::NotAFile`].
@@ -700,7 +701,7 @@ async fn verify(
     bytes: Vec<u8>,
 ) -> Result<(Vec<u8>, Option<Fingerprint>), FileError> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || match policy.check(&path, &bytes) {
+    off_executor(move || match policy.check(&path, &bytes) {
         Ok(Verification::Verified(verified)) => Ok((bytes, Some(verified.signer))),
         Ok(Verification::Unverified) => Ok((bytes, None)),
         Err(error) => Err(FileError::Signature(error)),
@@ -710,7 +711,8 @@ async fn verify(
     // file rather than ending the sync, and with it hot reload.
     .unwrap_or_else(|panic| {
         Err(FileError::Signature(SignatureError::Malformed(format!(
-            "the signature check failed on this file ({panic})"
+            "the signature check failed on this file (it panicked: {})",
+            panic_message(&panic)
         ))))
     })
 }

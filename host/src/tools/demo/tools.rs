@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use super::db::DemoDb;
 use super::shop::{AfterSaleKind, PaymentMethod};
+use crate::blocking::off_executor;
 use crate::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 /// The naming convention of one article's tools.
@@ -778,12 +779,9 @@ impl Tool for DemoTool {
             // Syncing the file or waiting for another process's write lock
             // must not hold up the async worker's other tasks.
             let (operation, tool, db) = (self.operation, self.spec.name.clone(), self.db.clone());
-            tokio::task::spawn_blocking(move || Self::run(operation, &tool, &db, arguments))
+            off_executor(move || Self::run(operation, &tool, &db, arguments))
                 .await
-                .map_err(|error| match error.try_into_panic() {
-                    Ok(panic) => std::panic::resume_unwind(panic),
-                    Err(_) => ToolError::Failed("the host is shutting down".to_owned()),
-                })??
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?
         } else {
             Self::run(self.operation, &self.spec.name, &self.db, arguments)?
         };
