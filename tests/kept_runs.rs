@@ -14,6 +14,7 @@ use skillhost::agent::{
     AgentEvent, CallOutcome, ConfirmationStatus, ResumedRun, RunHandle, RunId, SkillOutput,
 };
 use skillhost::embed::SkillHost;
+use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::DemoDb;
 
@@ -315,4 +316,59 @@ fn a_resumed_conversation_that_does_something_else_is_stopped() {
         !premises.kept_file(&run_id).exists(),
         "an ended run is still kept"
     );
+}
+
+/// Runs kept across a restart wait again past the gateway's cap on waiting
+/// runs (lowered meanwhile, say): the restart loses none of them, and they
+/// take the places a new run would need.
+#[test]
+fn kept_runs_wait_again_past_the_gateways_cap_and_count_toward_it() {
+    let premises = Premises::new();
+    let kept = [
+        premises.refund_left_waiting(),
+        premises.refund_left_waiting(),
+    ];
+    let process = tokio::runtime::Runtime::new().unwrap();
+    process.block_on(async {
+        let host = premises.host().await;
+        let config = GatewayConfig {
+            max_parked_runs: 1,
+            ..GatewayConfig::default()
+        };
+        let gateway = Gateway::new(host.clone(), config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { gateway.serve(listener, std::future::pending()).await });
+        let http = reqwest::Client::new();
+
+        let refused = http
+            .post(format!("{base}/v1/skills/processRefund/invoke"))
+            .json(&refund_input())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+        let waiting = host.confirmations().pending();
+        let mut runs: Vec<&RunId> = waiting.iter().map(|pending| &pending.run).collect();
+        runs.sort();
+        let mut expected: Vec<&RunId> = kept.iter().collect();
+        expected.sort();
+        assert_eq!(runs, expected);
+        for pending in &waiting {
+            let answer = http
+                .post(format!("{base}/v1/confirmations/{}", pending.id))
+                .json(&json!({"decision": "reject"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), reqwest::StatusCode::OK);
+            let done: Value = answer.json().await.unwrap();
+            assert_eq!(done["run"], json!(pending.run), "{done:#}");
+            assert_eq!(done["status"], "done", "{done:#}");
+        }
+    });
+    assert!(premises.db.refunds_for("88231").unwrap().is_empty());
+    for run in &kept {
+        assert!(!premises.kept_file(run).exists());
+    }
 }

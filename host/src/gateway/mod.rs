@@ -221,7 +221,10 @@ pub struct GatewayConfig {
     /// the confirmation expiry). A run that reaches a confirmation beyond
     /// it is aborted, nothing written, and its request answered 503, so a
     /// client that starts runs and never answers cannot grow the gateway
-    /// without bound. Default: [`DEFAULT_MAX_PARKED_RUNS`].
+    /// without bound. Runs kept across a restart
+    /// ([`SkillHostBuilder::keep_runs`](crate::embed::SkillHostBuilder::keep_runs))
+    /// wait again whatever it is, and count toward it. Default:
+    /// [`DEFAULT_MAX_PARKED_RUNS`].
     pub max_parked_runs: usize,
     /// The most of those runs one [`Principal`] (an API key's holder, or
     /// the user an application named) has waiting at once; past it, its

@@ -329,7 +329,8 @@ impl From<InvokeRun> for Parked {
 /// requester to look up (`GET /v1/runs/{id}`), and parked on its
 /// confirmation before the gateway serves, so that the first
 /// `POST /v1/confirmations/{id}` answers with what follows (the
-/// invocation's result, the conversation's completion). A run that ended
+/// invocation's result, the conversation's completion), whatever the
+/// parking's limits ([`Parking::park_taken_in`]). A run that ended
 /// meanwhile is driven to its end in the background.
 pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
     let id = resumed.id().clone();
@@ -340,11 +341,8 @@ pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
             run,
         } => {
             let mut run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
-            let invoke = |run| InvokeRun { run, skill };
-            match run.waiting_now() {
-                Some(pending) => park(state, &pending, invoke(run)).map(|a| a.map(Parked::from)),
-                None => Ok(Some(invoke(run).into())),
-            }
+            let pending = run.waiting_now();
+            park_again(state, pending, InvokeRun { run, skill })
         }
         ResumedRun::Chat { requested_by, run } => {
             let model = state
@@ -353,22 +351,34 @@ pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
                 .map_or_else(|_| String::new(), |llm| llm.config().model.clone());
             let meta = CompletionMeta::new(id.clone(), model);
             let mut run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
-            let chat = |run| ChatRun { run, meta };
-            match run.waiting_now() {
-                Some(pending) => park(state, &pending, chat(run)).map(|a| a.map(Parked::from)),
-                None => Ok(Some(chat(run).into())),
-            }
+            let pending = run.waiting_now();
+            park_again(state, pending, ChatRun { run, meta })
         }
     };
     match waiting {
-        Ok(None) => tracing::info!(run = %id, "a kept run waits again"),
+        None => tracing::info!(run = %id, "a kept run waits again"),
         // Ended, or answered already: on to its end (or next confirmation).
-        Ok(Some(run)) => {
+        Some(run) => {
             tokio::spawn(drive_taken_in(state.clone(), run));
         }
-        Err(error) => tracing::warn!(run = %id, error = error.message(),
-            "a kept run could not wait here again; it was stopped"),
     }
+}
+
+/// Parks `run`, taken in, on `pending` ([`Parking::park_taken_in`]);
+/// `Some(run)` when it waits for nothing (any more), to be driven on.
+fn park_again<Q: Resumable>(
+    state: &AppState,
+    pending: Option<PendingConfirmation>,
+    run: Q,
+) -> Option<Parked> {
+    let Some(pending) = pending else {
+        return Some(run.into());
+    };
+    state
+        .parking
+        .park_taken_in(&pending, run.waiting(), state.host.confirmations())
+        .err()
+        .map(|run| run.answered().into())
 }
 
 /// Drives a run taken in ([`take_in`]) as the request that answers it
@@ -613,6 +623,35 @@ impl<R: Resume> Parking<R> {
         run: Q,
         confirmations: &Confirmations,
     ) -> Result<(), NotParked<Q>> {
+        self.park_within(Some(self.limits), pending, run, confirmations)
+    }
+
+    /// Parks `run`, taken in from an earlier process ([`take_in`]), whatever
+    /// the limits: it was admitted under them when it first waited, and a
+    /// restart, or limits lowered meanwhile, must not lose a write waiting
+    /// for a person. It counts toward them for the runs parked after it.
+    /// `Err(run)` when `pending` is no longer waiting.
+    pub fn park_taken_in<Q: Into<R>>(
+        self: &Arc<Self>,
+        pending: &PendingConfirmation,
+        run: Q,
+        confirmations: &Confirmations,
+    ) -> Result<(), Q> {
+        self.park_within(None, pending, run, confirmations)
+            .map_err(|not_parked| match not_parked {
+                NotParked::Answered(run) => run,
+                NotParked::Full(_) => unreachable!("parked without limits"),
+            })
+    }
+
+    /// [`Parking::park`] within `limits`, when there are any.
+    fn park_within<Q: Into<R>>(
+        self: &Arc<Self>,
+        limits: Option<ParkingLimits>,
+        pending: &PendingConfirmation,
+        run: Q,
+        confirmations: &Confirmations,
+    ) -> Result<(), NotParked<Q>> {
         let id = pending.id.to_string();
         let mut table = self.lock();
         // Under the lock `answer` answers in: an answer is either before
@@ -620,7 +659,9 @@ impl<R: Resume> Parking<R> {
         let Some(watch) = confirmations.watch(&id) else {
             return Err(NotParked::Answered(run));
         };
-        if let Some(cap) = table.reached(self.limits, pending.requested_by.as_deref()) {
+        if let Some(cap) =
+            limits.and_then(|limits| table.reached(limits, pending.requested_by.as_deref()))
+        {
             return Err(NotParked::Full(cap));
         }
         let follower = tokio::spawn(follow(
@@ -930,6 +971,31 @@ mod tests {
         assert!(parking.lock().runs.is_empty());
         assert!(!first_dropped.load(Ordering::SeqCst));
         drop(taken);
+    }
+
+    #[tokio::test]
+    async fn a_run_taken_in_waits_past_the_limits_and_counts_toward_them() {
+        let confirmations = Confirmations::default();
+        let parking = Arc::new(Parking::<Run>::new(limits(1, Some(1))));
+        let (_held_ticket, held) = open_for(&confirmations, Some("web-app"), MINUTE);
+        let (_kept_ticket, kept) = open_for(&confirmations, Some("web-app"), MINUTE);
+        let (_new_ticket, new) = open_for(&confirmations, Some("support-desk"), MINUTE);
+        let (held_run, _) = run();
+        let (kept_run, kept_dropped) = run();
+        let (new_run, _) = run();
+
+        assert!(parking.park(&held, held_run, &confirmations).is_ok());
+        assert!(
+            parking
+                .park_taken_in(&kept, kept_run, &confirmations)
+                .is_ok()
+        );
+        assert!(!kept_dropped.load(Ordering::SeqCst));
+        assert_eq!(parking.lock().per_principal["web-app"], 2);
+        assert!(matches!(
+            parking.park(&new, new_run, &confirmations),
+            Err(NotParked::Full(Cap::Total(1)))
+        ));
     }
 
     #[tokio::test]
