@@ -13,10 +13,11 @@ use skillhost::agent::llm::Message;
 use skillhost::agent::{
     AgentEvent, CallOutcome, ConfirmationStatus, ResumedRun, RunHandle, RunId, SkillOutput,
 };
-use skillhost::embed::SkillHost;
+use skillhost::embed::{SkillHost, SkillHostBuilder};
 use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
-use skillhost::tools::demo::DemoDb;
+use skillhost::tools::demo::{DemoDb, article_003_tools};
+use skillhost::tools::{Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call, refund_input};
 use crate::support::fixtures::{repo_root, skill_file};
@@ -53,17 +54,21 @@ impl Premises {
 
     /// The host, with `llm` as its model when given.
     async fn host_with(&self, llm: Option<&ScriptedLlm>) -> SkillHost {
-        let trusted = TrustStore::load(&[repo_root().join("keys/trusted")]).unwrap();
-        let mut builder = SkillHost::builder(
-            self.dir.path().join("skills"),
-            SignaturePolicy::Require(trusted),
-        )
-        .demo_tools(self.db.clone())
-        .keep_runs(&self.runs);
+        let mut builder = self.builder().demo_tools(self.db.clone());
         if let Some(llm) = llm {
             builder = builder.llm(llm.config());
         }
         builder.build().await.expect("building the host")
+    }
+
+    /// A host on the premises' skills and runs, its tools yet to be given.
+    fn builder(&self) -> SkillHostBuilder {
+        let trusted = TrustStore::load(&[repo_root().join("keys/trusted")]).unwrap();
+        SkillHost::builder(
+            self.dir.path().join("skills"),
+            SignaturePolicy::Require(trusted),
+        )
+        .keep_runs(&self.runs)
     }
 
     /// The one run the host resumed, a skill run.
@@ -371,4 +376,95 @@ fn kept_runs_wait_again_past_the_gateways_cap_and_count_toward_it() {
     for run in &kept {
         assert!(!premises.kept_file(run).exists());
     }
+}
+
+/// A write that, once called, never returns: the process ends while it
+/// runs.
+struct Stuck {
+    spec: ToolSpec,
+    reached: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait::async_trait]
+impl Tool for Stuck {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    async fn invoke(&self, _context: &ToolContext, _arguments: Value) -> Result<Value, ToolError> {
+        self.reached.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// A refund approved, its process ending while `applyRefund` runs: the
+/// next host does not run it again (the refund may have been written) nor
+/// ask again, and the gateway tells the requester the run was interrupted,
+/// naming the call.
+#[test]
+fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_again() {
+    let premises = Premises::new();
+    let process = tokio::runtime::Runtime::new().unwrap();
+    let run = process.block_on(async {
+        let reached = Arc::new(tokio::sync::Notify::new());
+        let tools = article_003_tools(premises.db.clone())
+            .into_iter()
+            .map(|tool| {
+                if tool.spec().name != "applyRefund" {
+                    return tool;
+                }
+                let stuck: Arc<dyn Tool> = Arc::new(Stuck {
+                    spec: tool.spec().clone(),
+                    reached: reached.clone(),
+                });
+                stuck
+            });
+        let host = premises
+            .builder()
+            .register_tools(|registry| {
+                tools
+                    .into_iter()
+                    .try_for_each(|tool| registry.register(tool))
+            })
+            .build()
+            .await
+            .unwrap();
+        let mut run = host.invoke("processRefund", refund_input()).unwrap();
+        while let Some(event) = run.events.recv().await {
+            if let AgentEvent::ConfirmationPending(pending) = event {
+                host.approve(pending.id.as_str()).unwrap();
+                break;
+            }
+        }
+        reached.notified().await;
+        run.id.clone()
+    });
+    drop(process);
+    let file = premises.kept_file(&run);
+    assert!(file.exists(), "the approval is not on disk");
+
+    let process = tokio::runtime::Runtime::new().unwrap();
+    process.block_on(async {
+        let host = premises.host().await;
+        assert!(!file.exists(), "told once, the approval is still on disk");
+        assert!(host.confirmations().pending().is_empty(), "asked again");
+        let gateway = Gateway::new(host.clone(), GatewayConfig::default());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { gateway.serve(listener, std::future::pending()).await });
+        let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(record["status"], "failed", "{record:#}");
+        assert_eq!(record["error"]["code"], "run_interrupted", "{record:#}");
+        let message = record["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("`applyRefund` was approved") && message.contains("may or may not"),
+            "{message}"
+        );
+    });
+    assert!(premises.db.refunds_for("88231").unwrap().is_empty());
 }

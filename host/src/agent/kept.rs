@@ -9,7 +9,7 @@
 //!   that waits. Its steps run again from the journal, only on the
 //!   component of that digest;
 //! - a conversation ([`Agent::start`]): its messages and everything it was
-//!   told since, in order ([`Told`]: each model answer, tool result,
+//!   told since, in order (each model answer, tool result,
 //!   person's answer and WASI source). Resumed, it runs again from its
 //!   messages with each of those answered from the record instead of
 //!   asked — no model call, no tool call, no event — until it reaches the
@@ -22,9 +22,14 @@
 //! without it the run would act for nobody.
 //!
 //! The file is written (a temporary file, synced, then renamed) as the
-//! confirmation opens, and removed once it is answered or expires, before
-//! the approved call runs: a crash after that loses the run rather than ask
-//! again for a write that may have run. A run aborted
+//! confirmation opens. Rejected or expired, it is removed; approved, it is
+//! replaced, before the call runs, by the approval, which
+//! is removed once the call returns. A run is never resumed past an
+//! approval: a crash while the approved call is under way leaves the
+//! approval, and the next host, rather than ask again for a write that may
+//! have run, reports the run as interrupted ([`InterruptedRun`]), saying
+//! which call may or may not have run. A crash later in the run loses it
+//! (the write is done). A run aborted
 //! ([`RunHandle::abort`](super::RunHandle::abort)) is removed too; one that
 //! ends with the process stays, and the next host started on the directory
 //! resumes it ([`Agent::resume_kept_runs`]): the same run id, its
@@ -78,6 +83,64 @@ pub struct RunStoreError {
 
 /// The version of the kept file's format; a file of another is left alone.
 const FORMAT: u32 = 1;
+
+/// What is written of a run whose approved call is under way.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ApprovedRun {
+    pub(super) format: u32,
+    pub(super) run: RunId,
+    pub(super) requested_by: Option<String>,
+    /// The confirmation that was approved.
+    pub(super) approved: KeptConfirmation,
+    /// Who approved it, when the answer said.
+    pub(super) by: Option<String>,
+    pub(super) at: SystemTime,
+}
+
+impl ApprovedRun {
+    /// What to write once `approved` is approved (by `by`), while the call
+    /// runs.
+    pub(super) fn of(
+        run: RunId,
+        requested_by: Option<String>,
+        approved: &PendingConfirmation,
+        by: Option<&str>,
+    ) -> Self {
+        Self {
+            format: FORMAT,
+            run,
+            requested_by,
+            approved: KeptConfirmation::of(approved),
+            by: by.map(str::to_owned),
+            at: SystemTime::now(),
+        }
+    }
+}
+
+/// What a file of the directory holds.
+pub(super) enum Stored {
+    /// A run waiting for a person.
+    Waiting(KeptRun),
+    /// A run whose approved call was under way.
+    Approved(ApprovedRun),
+}
+
+impl Stored {
+    fn run(&self) -> &RunId {
+        match self {
+            Self::Waiting(kept) => &kept.run,
+            Self::Approved(approved) => &approved.run,
+        }
+    }
+
+    fn format(&self) -> u32 {
+        match self {
+            Self::Waiting(kept) => kept.format,
+            Self::Approved(approved) => approved.format,
+        }
+    }
+}
 
 /// What is written of a kept run.
 #[derive(Serialize, Deserialize)]
@@ -248,9 +311,9 @@ impl KeptConfirmation {
     }
 }
 
-/// A kept run, resumed ([`Agent::resume_kept_runs`]): waiting again on its
+/// A kept run, resumed ([`Agent::resume_kept_runs`](super::Agent::resume_kept_runs)): waiting again on its
 /// confirmation, or ended at once when it could not go on (its skill
-/// changed meanwhile).
+/// changed meanwhile), or interrupted: not resumed, only told.
 pub enum ResumedRun {
     /// A direct skill run.
     Skill {
@@ -265,6 +328,41 @@ pub enum ResumedRun {
         requested_by: Option<String>,
         run: RunHandle<RunOutput>,
     },
+    /// A run whose approved call was under way when its process ended.
+    Interrupted(InterruptedRun),
+}
+
+/// A run whose approved call was under way when the process that ran it
+/// ended. It is not resumed, since the call may have run; its requester is
+/// to be told (the gateway records it as failed, `run_interrupted`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "the host stopped after `{tool}` was approved (confirmation {confirmation}) and before the \
+     call returned: it may or may not have run; check before asking for it again"
+)]
+pub struct InterruptedRun {
+    pub run: RunId,
+    /// Whom the run acted for.
+    pub requested_by: Option<String>,
+    /// The approved call's tool.
+    pub tool: String,
+    pub confirmation: ConfirmationId,
+    /// Who approved it, when the answer said.
+    pub approved_by: Option<String>,
+    pub approved_at: SystemTime,
+}
+
+impl From<ApprovedRun> for InterruptedRun {
+    fn from(approved: ApprovedRun) -> Self {
+        Self {
+            run: approved.run,
+            requested_by: approved.requested_by,
+            tool: approved.approved.tool,
+            confirmation: approved.approved.id,
+            approved_by: approved.by,
+            approved_at: approved.at,
+        }
+    }
 }
 
 impl ResumedRun {
@@ -273,6 +371,7 @@ impl ResumedRun {
         match self {
             Self::Skill { run, .. } => &run.id,
             Self::Chat { run, .. } => &run.id,
+            Self::Interrupted(interrupted) => &interrupted.run,
         }
     }
 
@@ -282,6 +381,7 @@ impl ResumedRun {
         match self {
             Self::Skill { run, .. } => run.settle().await,
             Self::Chat { run, .. } => run.settle().await,
+            Self::Interrupted(_) => {}
         }
     }
 }
@@ -326,11 +426,11 @@ impl RunStore {
         self.dir.join(format!("{run}.json"))
     }
 
-    /// Writes `kept` in place of what was kept of its run: whole or not at
+    /// Writes `record` in place of what was kept of `run`: whole or not at
     /// all, and on disk when this returns.
-    pub(super) fn save(&self, kept: &KeptRun) -> std::io::Result<()> {
+    pub(super) fn save(&self, run: &RunId, record: &impl Serialize) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
-        let path = self.path_of(&kept.run);
+        let path = self.path_of(run);
         let temporary = path.with_extension("json.tmp");
         let mut file = std::fs::OpenOptions::new()
             .write(true)
@@ -338,7 +438,7 @@ impl RunStore {
             .truncate(true)
             .mode(0o600)
             .open(&temporary)?;
-        file.write_all(&serde_json::to_vec(kept)?)?;
+        file.write_all(&serde_json::to_vec(record)?)?;
         file.sync_all()?;
         std::fs::rename(&temporary, &path)?;
         // The rename itself is on disk once the directory is synced.
@@ -363,7 +463,7 @@ impl RunStore {
 
     /// Every run kept in the directory, and the files that hold none this
     /// host can resume (left where they are).
-    pub(super) fn load_all(&self) -> (Vec<KeptRun>, Vec<UnreadableRun>) {
+    pub(super) fn load_all(&self) -> (Vec<Stored>, Vec<UnreadableRun>) {
         let mut kept = Vec::new();
         let mut unreadable = Vec::new();
         let entries = match std::fs::read_dir(&self.dir) {
@@ -390,22 +490,28 @@ impl RunStore {
         (kept, unreadable)
     }
 
-    fn read(&self, path: &Path) -> Result<KeptRun, String> {
+    fn read(&self, path: &Path) -> Result<Stored, String> {
         let bytes = std::fs::read(path).map_err(|error| error.to_string())?;
-        let kept: KeptRun = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
-        if kept.format != FORMAT {
+        let value: Value = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
+        let stored = if value.get("approved").is_some() {
+            serde_json::from_value(value).map(Stored::Approved)
+        } else {
+            serde_json::from_value(value).map(Stored::Waiting)
+        }
+        .map_err(|error| error.to_string())?;
+        if stored.format() != FORMAT {
             return Err(format!(
                 "format {} (this host reads format {FORMAT})",
-                kept.format
+                stored.format()
             ));
         }
-        if self.path_of(&kept.run) != path {
+        if self.path_of(stored.run()) != path {
             return Err(format!(
                 "it holds run `{}`, which is not the run its name says",
-                crate::text::escaped(kept.run.as_str(), 80)
+                crate::text::escaped(stored.run().as_str(), 80)
             ));
         }
-        Ok(kept)
+        Ok(stored)
     }
 }
 

@@ -62,7 +62,7 @@ mod config;
 mod confirm;
 mod events;
 mod ids;
-mod kept;
+pub mod kept;
 mod react;
 mod run;
 mod service;
@@ -82,7 +82,7 @@ pub use confirm::{
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
-pub use kept::{ResumedRun, RunStore, RunStoreError, UnreadableRun};
+pub use kept::{InterruptedRun, ResumedRun, RunStore, RunStoreError, UnreadableRun};
 pub use run::{
     Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker, SkillOutput,
 };

@@ -24,7 +24,7 @@ use super::catalog::Catalog;
 use super::confirm::{ConfirmationId, Confirmations, Decision, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
-use super::kept::{Keeping, KeptAnswer, KeptConfirmation, RunStore, Told};
+use super::kept::{ApprovedRun, Keeping, KeptAnswer, KeptConfirmation, RunStore, Told};
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
@@ -687,7 +687,8 @@ impl RunContext {
             return Err(ToolError::Failed(format!("not executed: {why}")).into());
         }
         let policy = &self.agent.config.confirmation;
-        if policy.requires(registered.spec()) {
+        let confirmed = policy.requires(registered.spec());
+        if confirmed {
             let resolution = match self.replay() {
                 Replayed::Told(Told::Answer {
                     tool: told_tool,
@@ -728,6 +729,10 @@ impl RunContext {
                 let result = span
                     .execute(registered, &self.tool_context, arguments)
                     .await;
+                // The approved call returned: nothing is left to tell.
+                if confirmed {
+                    self.unkeep();
+                }
                 if let Some(arguments) = taped {
                     self.record(|| Told::Tool {
                         tool: tool.to_owned(),
@@ -792,21 +797,28 @@ impl RunContext {
                     Ask::Keeping(journal) => Some(journal),
                     Ask::Anew | Ask::Again(_) => None,
                 };
-                self.keep(journal, ticket.pending());
-                self.emit(AgentEvent::ConfirmationPending(ticket.pending().clone()));
+                let pending = ticket.pending().clone();
+                self.keep(journal, &pending);
+                self.emit(AgentEvent::ConfirmationPending(pending.clone()));
                 let waiting = Awaiting {
                     run: self,
-                    id: Some(ticket.pending().id.clone()),
+                    id: Some(pending.id.clone()),
                     tool,
                 };
                 let resolution = ticket.resolution().await;
                 waiting.resolved(resolution.clone());
+                // Approved, the run is not asked again: it is told as
+                // interrupted should the call not return in this process.
+                if let Resolution::Approved { by } = &resolution {
+                    self.keep_approved(&pending, by.as_deref());
+                    return Ok(resolution);
+                }
                 resolution
             }
             // A kept run's confirmation that expired while no host ran.
             Err(expired) => expired,
         };
-        // Answered or expired: what follows is not asked again.
+        // Declined: what follows is not asked again.
         self.unkeep();
         Ok(resolution)
     }
@@ -921,9 +933,24 @@ impl RunContext {
         ) else {
             return;
         };
-        if let Err(error) = keeping.store.save(&kept) {
+        if let Err(error) = keeping.store.save(&self.id, &kept) {
             tracing::warn!(run = %self.id, %error, dir = %keeping.store.dir().display(),
                 "a run waiting for a person could not be kept on disk: a restart would lose it");
+        }
+    }
+
+    /// Writes down, in place of the wait, that `approved` was approved (by
+    /// `by`) and its call is under way, when the run is kept. Should that
+    /// fail, the wait is taken off all the same: a restart must not ask
+    /// again for a write that may have run.
+    fn keep_approved(&self, approved: &PendingConfirmation, by: Option<&str>) {
+        let Some(keeping) = &self.kept else { return };
+        let record = ApprovedRun::of(self.id.clone(), self.requested_by.clone(), approved, by);
+        if let Err(error) = keeping.store.save(&self.id, &record) {
+            tracing::warn!(run = %self.id, %error, dir = %keeping.store.dir().display(),
+                "an approval could not be written down: a restart while the call runs would not \
+                 tell of it");
+            keeping.store.remove(&self.id);
         }
     }
 

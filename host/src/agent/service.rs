@@ -9,7 +9,9 @@ use super::config::{AgentConfig, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::ids::RunId;
-use super::kept::{Keeping, Kept, KeptRun, KeptWhat, ResumedRun, RunStore, Tape, UnreadableRun};
+use super::kept::{
+    Keeping, Kept, KeptRun, KeptWhat, ResumedRun, RunStore, Stored, Tape, UnreadableRun,
+};
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
 use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, SkillOutput};
@@ -406,10 +408,17 @@ impl Agent {
         let Some(store) = &self.inner.kept_runs else {
             return (Vec::new(), Vec::new());
         };
-        let (kept, unreadable) = store.load_all();
-        let runs = kept
+        let (stored, unreadable) = store.load_all();
+        let runs = stored
             .into_iter()
-            .map(|kept| self.resume(store, kept))
+            .map(|stored| match stored {
+                Stored::Waiting(kept) => self.resume(store, kept),
+                // Told once, then gone: the next start does not tell again.
+                Stored::Approved(approved) => {
+                    store.remove(&approved.run);
+                    ResumedRun::Interrupted(approved.into())
+                }
+            })
             .collect();
         (runs, unreadable)
     }

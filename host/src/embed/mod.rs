@@ -365,7 +365,14 @@ async fn resume_kept_runs(agent: &Agent) -> Vec<ResumedRun> {
             "a kept run could not be resumed; the file is left where it is");
     }
     for kept in &resumed {
-        tracing::info!(run = %kept.id(), "a kept run resumed: it waits again for its answer");
+        match kept {
+            ResumedRun::Interrupted(interrupted) => {
+                tracing::warn!(run = %interrupted.run, "{interrupted}");
+            }
+            _ => {
+                tracing::info!(run = %kept.id(), "a kept run resumed: it waits again for its answer")
+            }
+        }
     }
     resumed
 }
@@ -438,7 +445,9 @@ impl SkillHost {
     /// ([`SkillHostBuilder::keep_runs`]) and resumed as this one started:
     /// each waits again on its confirmation (answer it as any other), or
     /// ended at once when it could not go on (its skill changed
-    /// meanwhile). Taken once; a run not taken goes on all the same.
+    /// meanwhile), or was interrupted while its approved call ran
+    /// ([`ResumedRun::Interrupted`]: tell its requester). Taken once; a run
+    /// not taken goes on all the same.
     pub fn take_resumed_runs(&self) -> Vec<ResumedRun> {
         std::mem::take(
             &mut self

@@ -331,10 +331,22 @@ impl From<InvokeRun> for Parked {
 /// `POST /v1/confirmations/{id}` answers with what follows (the
 /// invocation's result, the conversation's completion), whatever the
 /// parking's limits ([`Parking::park_taken_in`]). A run that ended
-/// meanwhile is driven to its end in the background.
+/// meanwhile is driven to its end in the background; one interrupted while
+/// its approved call ran is on record as failed (`run_interrupted`).
 pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
     let id = resumed.id().clone();
     let waiting = match resumed {
+        ResumedRun::Interrupted(interrupted) => {
+            let error = ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorType::ServerError,
+                "run_interrupted",
+                interrupted.to_string(),
+            );
+            let owner = interrupted.requested_by.as_deref();
+            state.ledger.record(&id, owner, RunState::Failed(error));
+            return;
+        }
         ResumedRun::Skill {
             skill,
             requested_by,
