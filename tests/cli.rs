@@ -1451,7 +1451,7 @@ async fn serve_with_json_logs_writes_nothing_but_json_lines_from_start_to_shutdo
         &skills,
     );
     let Serving {
-        child: serve,
+        child: mut serve,
         base,
         started,
         mut stderr,
@@ -1464,12 +1464,10 @@ async fn serve_with_json_logs_writes_nothing_but_json_lines_from_start_to_shutdo
         .unwrap();
     assert_eq!(health["status"], "degraded", "{health}");
     terminate(&serve).await;
-    let status = serve.wait_with_output().await.unwrap().status;
-    assert_eq!(status.code(), Some(0));
+    let (status, rest) = ended(&mut serve, &mut stderr).await;
+    assert_eq!(status.code(), Some(0), "{rest}");
     let mut lines = started;
-    while let Ok(Some(line)) = stderr.next_line().await {
-        lines.push(line);
-    }
+    lines.extend(rest.lines().map(str::to_owned));
     let events: Vec<Value> = lines
         .iter()
         .map(|line| {

@@ -118,6 +118,16 @@ impl Premises {
     }
 }
 
+/// Serves `host` on a loopback port, its gateway made (and the runs it
+/// resumed taken in) under `config`; returns the base URL.
+async fn serve(host: &SkillHost, config: GatewayConfig) -> String {
+    let gateway = Gateway::new(host.clone(), config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { gateway.serve(listener, std::future::pending()).await });
+    base
+}
+
 /// Changes what `file` (a kept run) says with `edit`.
 fn edit(file: &Path, edit: impl FnOnce(&mut Value)) {
     let mut kept: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
@@ -340,10 +350,7 @@ fn kept_runs_wait_again_past_the_gateways_cap_and_count_toward_it() {
             max_parked_runs: 1,
             ..GatewayConfig::default()
         };
-        let gateway = Gateway::new(host.clone(), config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { gateway.serve(listener, std::future::pending()).await });
+        let base = serve(&host, config).await;
         let http = reqwest::Client::new();
 
         let refused = http
@@ -448,10 +455,7 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
         let host = premises.host().await;
         assert!(!file.exists(), "told once, the approval is still on disk");
         assert!(host.confirmations().pending().is_empty(), "asked again");
-        let gateway = Gateway::new(host.clone(), GatewayConfig::default());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { gateway.serve(listener, std::future::pending()).await });
+        let base = serve(&host, GatewayConfig::default()).await;
         let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
             .await
             .unwrap()
