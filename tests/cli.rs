@@ -1253,6 +1253,30 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
         "{said}"
     );
     assert_eq!(work.refunds_of_88231(), 0);
+    // What the directory keeps, listed while no serve runs.
+    let listed = output(&mut work.command(&["runs", "--runs-dir", "runs"])).await;
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert!(
+        has_line(
+            &text(&listed.stdout),
+            &[
+                run.as_str().unwrap(),
+                "applyRefund: orderId '88231', reason 'broken'",
+                "waiting, expires",
+                "skill processRefund",
+                confirmation.as_str().unwrap(),
+            ]
+        ),
+        "{}",
+        text(&listed.stdout)
+    );
+    let listed = output(&mut work.command(&["runs", "--runs-dir", "runs", "--json"])).await;
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["runs"][0]["run"], *run, "{listed:#}");
+    assert_eq!(listed["runs"][0]["state"], "waiting");
+    assert_eq!(listed["runs"][0]["kind"], "skill");
+    assert_eq!(listed["runs"][0]["confirmation"], *confirmation);
+    assert_eq!(listed["unreadable"], json!([]));
 
     let Serving {
         child: _second,

@@ -12,6 +12,7 @@ use tempfile::TempDir;
 use skillhost::agent::llm::Message;
 use skillhost::agent::{
     AgentEvent, CallOutcome, ConfirmationStatus, ResumedRun, RunHandle, RunId, SkillOutput,
+    list_kept_runs,
 };
 use skillhost::embed::{SkillHost, SkillHostBuilder};
 use skillhost::gateway::{Gateway, GatewayConfig};
@@ -449,6 +450,12 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
     drop(process);
     let file = premises.kept_file(&run);
     assert!(file.exists(), "the approval is not on disk");
+    let (listed, unreadable) = list_kept_runs(&premises.runs);
+    assert!(unreadable.is_empty(), "{unreadable:?}");
+    assert_eq!(listed.len(), 1);
+    assert_eq!((&listed[0].run, listed[0].state), (&run, "interrupted"));
+    assert!(listed[0].summary.starts_with("applyRefund: "));
+    assert!(listed[0].approved_at.is_some());
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {

@@ -586,7 +586,7 @@ const SUMMARY_VALUE_CHARS: usize = 80;
 
 /// One line for a person: `tool: field 'text', count 2`. What the model
 /// wrote cannot make it say something else: see [`shown`].
-fn summarize(tool: &str, arguments: &Value) -> String {
+pub(super) fn summarize(tool: &str, arguments: &Value) -> String {
     let fields = match arguments {
         Value::Object(fields) if fields.is_empty() => return tool.to_owned(),
         Value::Object(fields) => fields,

@@ -49,7 +49,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::confirm::{ConfirmationId, PendingConfirmation};
+use super::confirm::{ConfirmationId, PendingConfirmation, summarize};
 use super::events::{Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatResponse, Message};
@@ -423,7 +423,7 @@ impl RunStore {
     }
 
     fn path_of(&self, run: &RunId) -> PathBuf {
-        self.dir.join(format!("{run}.json"))
+        path_of(&self.dir, run)
     }
 
     /// Writes `record` in place of what was kept of `run`: whole or not at
@@ -464,55 +464,152 @@ impl RunStore {
     /// Every run kept in the directory, and the files that hold none this
     /// host can resume (left where they are).
     pub(super) fn load_all(&self) -> (Vec<Stored>, Vec<UnreadableRun>) {
-        let mut kept = Vec::new();
-        let mut unreadable = Vec::new();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(error) => {
-                unreadable.push(UnreadableRun {
-                    path: self.dir.clone(),
-                    reason: error.to_string(),
-                });
-                return (kept, unreadable);
-            }
-        };
-        let mut paths: Vec<PathBuf> = entries
-            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-            .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
-            .collect();
-        paths.sort();
-        for path in paths {
-            match self.read(&path) {
-                Ok(run) => kept.push(run),
-                Err(reason) => unreadable.push(UnreadableRun { path, reason }),
-            }
-        }
-        (kept, unreadable)
+        read_all(&self.dir)
     }
+}
 
-    fn read(&self, path: &Path) -> Result<Stored, String> {
-        let bytes = std::fs::read(path).map_err(|error| error.to_string())?;
-        let value: Value = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
-        let stored = if value.get("approved").is_some() {
-            serde_json::from_value(value).map(Stored::Approved)
-        } else {
-            serde_json::from_value(value).map(Stored::Waiting)
+/// The file that keeps `run` in `dir`.
+fn path_of(dir: &Path, run: &RunId) -> PathBuf {
+    dir.join(format!("{run}.json"))
+}
+
+/// Every run kept in `dir`, and the files that hold none.
+fn read_all(dir: &Path) -> (Vec<Stored>, Vec<UnreadableRun>) {
+    let mut kept = Vec::new();
+    let mut unreadable = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) => {
+            unreadable.push(UnreadableRun {
+                path: dir.to_owned(),
+                reason: error.to_string(),
+            });
+            return (kept, unreadable);
         }
-        .map_err(|error| error.to_string())?;
-        if stored.format() != FORMAT {
-            return Err(format!(
-                "format {} (this host reads format {FORMAT})",
-                stored.format()
-            ));
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        match read(dir, &path) {
+            Ok(run) => kept.push(run),
+            Err(reason) => unreadable.push(UnreadableRun { path, reason }),
         }
-        if self.path_of(stored.run()) != path {
-            return Err(format!(
-                "it holds run `{}`, which is not the run its name says",
-                crate::text::escaped(stored.run().as_str(), 80)
-            ));
-        }
-        Ok(stored)
     }
+    (kept, unreadable)
+}
+
+/// What the file at `path`, in `dir`, keeps.
+fn read(dir: &Path, path: &Path) -> Result<Stored, String> {
+    let bytes = std::fs::read(path).map_err(|error| error.to_string())?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|error| error.to_string())?;
+    let stored = if value.get("approved").is_some() {
+        serde_json::from_value(value).map(Stored::Approved)
+    } else {
+        serde_json::from_value(value).map(Stored::Waiting)
+    }
+    .map_err(|error| error.to_string())?;
+    if stored.format() != FORMAT {
+        return Err(format!(
+            "format {} (this host reads format {FORMAT})",
+            stored.format()
+        ));
+    }
+    if path_of(dir, stored.run()) != path {
+        return Err(format!(
+            "it holds run `{}`, which is not the run its name says",
+            crate::text::escaped(stored.run().as_str(), 80)
+        ));
+    }
+    Ok(stored)
+}
+
+/// A run kept in a runs directory, as a person reads it
+/// ([`list_kept_runs`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct KeptRunInfo {
+    pub run: RunId,
+    /// Whom the run acts for.
+    pub requested_by: Option<String>,
+    /// `waiting`: resumed at the next start, its confirmation pending
+    /// again; `interrupted`: its approved call was under way when its host
+    /// stopped, and the next start tells of it rather than run it again.
+    pub state: &'static str,
+    /// `skill` (a direct invocation) or `chat`; none for an interrupted
+    /// run (its record keeps only the approval).
+    pub kind: Option<&'static str>,
+    /// The skill a direct invocation runs.
+    pub skill: Option<SkillVersion>,
+    /// The confirmation waiting, or approved.
+    pub confirmation: ConfirmationId,
+    /// Its call, as the approver sees it (`applyRefund: orderId '88231'`).
+    pub summary: String,
+    /// When the confirmation expires (an HTTP date).
+    pub expires_at: String,
+    /// Who approved it, when the answer said (interrupted runs).
+    pub approved_by: Option<String>,
+    /// When it was approved (interrupted runs; an HTTP date).
+    pub approved_at: Option<String>,
+}
+
+impl From<Stored> for KeptRunInfo {
+    fn from(stored: Stored) -> Self {
+        let (run, requested_by, call, kind, skill, approval) = match stored {
+            Stored::Waiting(kept) => {
+                let (kind, skill) = match kept.kept {
+                    Kept::Skill { skill, .. } => ("skill", Some(skill)),
+                    Kept::Chat { .. } => ("chat", None),
+                };
+                (
+                    kept.run,
+                    kept.requested_by,
+                    kept.waiting,
+                    Some(kind),
+                    skill,
+                    None,
+                )
+            }
+            Stored::Approved(approved) => (
+                approved.run,
+                approved.requested_by,
+                approved.approved,
+                None,
+                None,
+                Some((approved.by, approved.at)),
+            ),
+        };
+        Self {
+            run,
+            requested_by,
+            state: if approval.is_some() {
+                "interrupted"
+            } else {
+                "waiting"
+            },
+            kind,
+            skill,
+            summary: summarize(&call.tool, &call.arguments),
+            confirmation: call.id,
+            expires_at: httpdate::fmt_http_date(call.expires_at),
+            approved_by: approval.as_ref().and_then(|(by, _)| by.clone()),
+            approved_at: approval.map(|(_, at)| httpdate::fmt_http_date(at)),
+        }
+    }
+}
+
+/// The runs kept in `dir` (an [`AgentBuilder::keep_runs`] store's, `serve
+/// --runs-dir`) and the files that hold none, read without taking the
+/// directory: also while a host keeps its runs there.
+///
+/// [`AgentBuilder::keep_runs`]: super::AgentBuilder::keep_runs
+pub fn list_kept_runs(dir: &Path) -> (Vec<KeptRunInfo>, Vec<UnreadableRun>) {
+    let (stored, unreadable) = read_all(dir);
+    (
+        stored.into_iter().map(KeptRunInfo::from).collect(),
+        unreadable,
+    )
 }
 
 /// What a run keeps on disk while it waits for a person, and where.

@@ -82,7 +82,9 @@ pub use confirm::{
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
-pub use kept::{InterruptedRun, ResumedRun, RunStore, RunStoreError, UnreadableRun};
+pub use kept::{
+    InterruptedRun, KeptRunInfo, ResumedRun, RunStore, RunStoreError, UnreadableRun, list_kept_runs,
+};
 pub use run::{
     Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker, SkillOutput,
 };

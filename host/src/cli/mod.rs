@@ -11,6 +11,7 @@ mod inspect;
 mod mcp;
 mod pack;
 mod progress;
+mod runs;
 mod serve;
 mod sign;
 mod skills;
@@ -224,6 +225,10 @@ enum Command {
     /// told when the list changes; a write is approved with --yes, else the
     /// client's user is asked when the client can ask, else it is rejected.
     Mcp(mcp::McpArgs),
+    /// List the runs a runs directory keeps (serve's --runs-dir): those
+    /// waiting for an approval, resumed at the next start, and those whose
+    /// approved call a stop interrupted.
+    Runs(runs::RunsArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -266,6 +271,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(args) => inspect::inspect(&args).await,
         Command::Test(args) => test::test(&args).await,
         Command::Mcp(args) => mcp::mcp(&args).await,
+        Command::Runs(args) => runs::runs(&args),
     }
 }
 
@@ -576,7 +582,8 @@ impl Command {
             | Command::Sign(_)
             | Command::Verify(_)
             | Command::Pack(_)
-            | Command::Inspect(_) => None,
+            | Command::Inspect(_)
+            | Command::Runs(_) => None,
         }
     }
 }
