@@ -1085,9 +1085,9 @@ fn said(line: &str) -> String {
     }
 }
 
-/// How a serve ended, after `signal`ling it (`-TERM`), and the rest of
-/// what it said. Its stderr is read to the end first: a serve saying more
-/// than a pipe holds would otherwise never end.
+/// How a serve told to stop ended, and the rest of what it said. Its
+/// stderr is read to the end first: a serve saying more than a pipe holds
+/// would otherwise never end.
 async fn ended(
     serve: &mut tokio::process::Child,
     stderr: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,

@@ -556,45 +556,51 @@ pub struct KeptRunInfo {
 
 impl From<Stored> for KeptRunInfo {
     fn from(stored: Stored) -> Self {
-        let (run, requested_by, call, kind, skill, approval) = match stored {
+        match stored {
             Stored::Waiting(kept) => {
                 let (kind, skill) = match kept.kept {
                     Kept::Skill { skill, .. } => ("skill", Some(skill)),
                     Kept::Chat { .. } => ("chat", None),
                 };
-                (
-                    kept.run,
-                    kept.requested_by,
-                    kept.waiting,
-                    Some(kind),
+                Self {
+                    kind: Some(kind),
                     skill,
-                    None,
-                )
+                    ..Self::of(kept.run, kept.requested_by, "waiting", kept.waiting)
+                }
             }
-            Stored::Approved(approved) => (
-                approved.run,
-                approved.requested_by,
-                approved.approved,
-                None,
-                None,
-                Some((approved.by, approved.at)),
-            ),
-        };
+            Stored::Approved(approved) => Self {
+                approved_by: approved.by,
+                approved_at: Some(httpdate::fmt_http_date(approved.at)),
+                ..Self::of(
+                    approved.run,
+                    approved.requested_by,
+                    "interrupted",
+                    approved.approved,
+                )
+            },
+        }
+    }
+}
+
+impl KeptRunInfo {
+    /// `run`, in `state`, on `call`: what every kept run says.
+    fn of(
+        run: RunId,
+        requested_by: Option<String>,
+        state: &'static str,
+        call: KeptConfirmation,
+    ) -> Self {
         Self {
             run,
             requested_by,
-            state: if approval.is_some() {
-                "interrupted"
-            } else {
-                "waiting"
-            },
-            kind,
-            skill,
+            state,
+            kind: None,
+            skill: None,
             summary: summarize(&call.tool, &call.arguments),
             confirmation: call.id,
             expires_at: httpdate::fmt_http_date(call.expires_at),
-            approved_by: approval.as_ref().and_then(|(by, _)| by.clone()),
-            approved_at: approval.map(|(_, at)| httpdate::fmt_http_date(at)),
+            approved_by: None,
+            approved_at: None,
         }
     }
 }

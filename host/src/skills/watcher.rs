@@ -92,8 +92,8 @@ use tokio::time::Instant;
 
 use super::SkillRegistry;
 use super::registry::{is_skill_file, wasm_files};
-
 use crate::blocking::panic_message;
+
 /// Quiet time after a file's last event before it is synced (the
 /// destination of a rename is synced at once), and after the last event
 /// asking for a rescan before the rescan runs. Default: 20 ms — long enough
