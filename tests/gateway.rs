@@ -408,13 +408,16 @@ async fn chat_completion_runs_a_skill_and_round_trips_a_confirmation() {
         "{result}"
     );
 
-    // Answering again: the confirmation is gone.
+    // Answering again (a second click): it says how it ended.
     let (status, again) = served.approve(&confirmation).await;
-    assert_eq!(status, StatusCode::NOT_FOUND);
-    let error = error_of(&again, "confirmation_not_found");
+    assert_eq!(status, StatusCode::CONFLICT, "{again:#}");
+    let error = error_of(&again, "confirmation_resolved");
     let message = error["message"].as_str().unwrap();
     assert!(
-        message.contains("already answered") && message.contains("a restart of the host"),
+        message.starts_with(&format!(
+            "confirmation `{}` no longer waits: approved, ",
+            confirmation["id"].as_str().unwrap()
+        )),
         "{message}"
     );
 }

@@ -11,8 +11,8 @@ use tempfile::TempDir;
 
 use skillhost::agent::llm::Message;
 use skillhost::agent::{
-    AgentEvent, CallOutcome, ConfirmationStatus, ResumedRun, RunHandle, RunId, SkillOutput,
-    list_kept_runs,
+    AgentEvent, CallOutcome, ConfirmationStatus, Decision, ResumedRun, RunHandle, RunId,
+    SkillOutput, list_kept_runs,
 };
 use skillhost::embed::{SkillHost, SkillHostBuilder};
 use skillhost::gateway::{Gateway, GatewayConfig};
@@ -413,7 +413,7 @@ impl Tool for Stuck {
 fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_again() {
     let premises = Premises::new();
     let process = tokio::runtime::Runtime::new().unwrap();
-    let run = process.block_on(async {
+    let (run, confirmation) = process.block_on(async {
         let reached = Arc::new(tokio::sync::Notify::new());
         let tools = article_003_tools(premises.db.clone())
             .into_iter()
@@ -438,14 +438,24 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
             .await
             .unwrap();
         let mut run = host.invoke("processRefund", refund_input()).unwrap();
+        let mut approved = None;
         while let Some(event) = run.events.recv().await {
             if let AgentEvent::ConfirmationPending(pending) = event {
-                host.approve(pending.id.as_str()).unwrap();
+                host.answer(
+                    pending.id.as_str(),
+                    Decision::Approve,
+                    Some("supervisor".into()),
+                )
+                .unwrap();
+                approved = Some(pending.id.to_string());
                 break;
             }
         }
         reached.notified().await;
-        run.id.clone()
+        (
+            run.id.clone(),
+            approved.expect("applyRefund asked for approval"),
+        )
     });
     drop(process);
     let file = premises.kept_file(&run);
@@ -474,6 +484,34 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
         let message = record["error"]["message"].as_str().unwrap();
         assert!(
             message.contains("`applyRefund` was approved") && message.contains("may or may not"),
+            "{message}"
+        );
+        // The approver finds their answer, and that its outcome is unknown.
+        let path = format!("{base}/v1/confirmations/{confirmation}");
+        let status: Value = reqwest::get(&path).await.unwrap().json().await.unwrap();
+        assert_eq!(status["status"], "resolved", "{status:#}");
+        assert_eq!(
+            status["resolution"],
+            json!({"decision": "approved", "by": "supervisor"})
+        );
+        assert_eq!(status["confirmation"]["run"], run.as_str());
+        assert_eq!(
+            status["confirmation"]["caller"],
+            json!({"skill": "processRefund"})
+        );
+        assert_eq!(status["interrupted"], record["error"]["message"]);
+        let again = reqwest::Client::new()
+            .post(&path)
+            .json(&json!({"decision": "approve"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), reqwest::StatusCode::CONFLICT);
+        let again: Value = again.json().await.unwrap();
+        assert_eq!(again["error"]["code"], "confirmation_resolved");
+        let message = again["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("approved by `supervisor`") && message.contains("may or may not"),
             "{message}"
         );
     });

@@ -81,6 +81,12 @@ pub struct ResolvedConfirmation {
     /// When it stopped waiting (an HTTP date when serialized).
     #[serde(serialize_with = "http_date")]
     pub resolved_at: SystemTime,
+    /// Approved, but its host stopped while the call ran, so the call may
+    /// or may not have run: why, as the run's requester is told
+    /// ([`InterruptedRun`](super::InterruptedRun)). Known only to a host
+    /// that keeps runs ([`AgentBuilder::keep_runs`](super::AgentBuilder::keep_runs)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// Where a confirmation is ([`Confirmations::status`]).
@@ -424,18 +430,7 @@ impl Confirmations {
             .duration_since(SystemTime::now())
             .unwrap_or_default()
             .min(MAX_EXPIRY);
-        let pending = PendingConfirmation {
-            id: kept.id.clone(),
-            run,
-            requested_by,
-            caller,
-            tool: kept.tool.clone(),
-            summary: summarize(&kept.tool, &kept.arguments),
-            arguments: kept.arguments.clone(),
-            separate_approver: policy.separate_approver,
-            approvers: policy.approvers_of(&kept.tool).cloned(),
-            expires_at: kept.expires_at,
-        };
+        let pending = kept.shown(run, requested_by, caller, policy);
         if expiry.is_zero() {
             let expired = Resolution::Declined(Declined::Expired {
                 after: policy.expiry.min(MAX_EXPIRY),
@@ -494,15 +489,42 @@ impl Confirmations {
         argument_bytes: usize,
         resolution: Resolution,
     ) {
-        let resolved_at = SystemTime::now();
         let resolved = ResolvedConfirmation {
             confirmation,
             resolution,
-            resolved_at,
+            resolved_at: SystemTime::now(),
+            interrupted: None,
         };
+        self.remember(resolved, argument_bytes);
+    }
+
+    /// Remembers, for [`Self::status`], the confirmation of a kept run that
+    /// was approved (`by`, `at`) when the host that ran it stopped, before
+    /// the call returned: `why` it may or may not have run. Without it the
+    /// approver, looking it up in this host, would find no trace of the
+    /// answer they gave.
+    pub(super) fn remember_interrupted(
+        &self,
+        confirmation: PendingConfirmation,
+        by: Option<String>,
+        at: SystemTime,
+        why: String,
+    ) {
+        let argument_bytes = confirmation.arguments.to_string().len();
+        let resolved = ResolvedConfirmation {
+            confirmation,
+            resolution: Resolution::Approved { by },
+            resolved_at: at,
+            interrupted: Some(why),
+        };
+        self.remember(resolved, argument_bytes);
+    }
+
+    fn remember(&self, resolved: ResolvedConfirmation, argument_bytes: usize) {
+        // Kept for its while from when this host learned of it.
         self.lock_resolved()
             .0
-            .push(resolved, resolved_at, argument_bytes);
+            .push(resolved, SystemTime::now(), argument_bytes);
     }
 }
 

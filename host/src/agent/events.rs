@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::confirm::{ConfirmationId, PendingConfirmation};
@@ -13,7 +13,7 @@ use crate::skills::SkillName;
 use crate::tools::ToolCaller;
 
 /// Who made an LLM call or a tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Caller {
     /// The main agent.
@@ -110,7 +110,7 @@ impl Serialize for Resolution {
 }
 
 /// Why a call that needed approval did not run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Declined {

@@ -49,8 +49,9 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::ConfirmationPolicy;
 use super::confirm::{ConfirmationId, PendingConfirmation, summarize};
-use super::events::{Declined, Resolution};
+use super::events::{Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatResponse, Message};
 use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
@@ -91,6 +92,8 @@ pub(super) struct ApprovedRun {
     pub(super) format: u32,
     pub(super) run: RunId,
     pub(super) requested_by: Option<String>,
+    /// Who asked for the call: the main agent or a skill.
+    pub(super) caller: Caller,
     /// The confirmation that was approved.
     pub(super) approved: KeptConfirmation,
     /// Who approved it, when the answer said.
@@ -111,6 +114,7 @@ impl ApprovedRun {
             format: FORMAT,
             run,
             requested_by,
+            caller: approved.caller.clone(),
             approved: KeptConfirmation::of(approved),
             by: by.map(str::to_owned),
             at: SystemTime::now(),
@@ -307,6 +311,29 @@ impl KeptConfirmation {
             tool: pending.tool.clone(),
             arguments: pending.arguments.clone(),
             expires_at: pending.expires_at,
+        }
+    }
+
+    /// The confirmation as a host shows it: for `run`, asked by `caller`,
+    /// approved by whom `policy` says now.
+    pub(super) fn shown(
+        &self,
+        run: RunId,
+        requested_by: Option<String>,
+        caller: Caller,
+        policy: &ConfirmationPolicy,
+    ) -> PendingConfirmation {
+        PendingConfirmation {
+            id: self.id.clone(),
+            run,
+            requested_by,
+            caller,
+            tool: self.tool.clone(),
+            summary: summarize(&self.tool, &self.arguments),
+            arguments: self.arguments.clone(),
+            separate_approver: policy.separate_approver,
+            approvers: policy.approvers_of(&self.tool).cloned(),
+            expires_at: self.expires_at,
         }
     }
 }

@@ -10,7 +10,8 @@ use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::ids::RunId;
 use super::kept::{
-    Keeping, Kept, KeptRun, KeptWhat, ResumedRun, RunStore, Stored, Tape, UnreadableRun,
+    ApprovedRun, InterruptedRun, Keeping, Kept, KeptRun, KeptWhat, ResumedRun, RunStore, Stored,
+    Tape, UnreadableRun,
 };
 use super::llm::{LlmClient, LlmError, Message};
 use super::react::{Loop, MainScope};
@@ -416,11 +417,32 @@ impl Agent {
                 // Told once, then gone: the next start does not tell again.
                 Stored::Approved(approved) => {
                     store.remove(&approved.run);
-                    ResumedRun::Interrupted(approved.into())
+                    ResumedRun::Interrupted(self.interrupted(approved))
                 }
             })
             .collect();
         (runs, unreadable)
+    }
+
+    /// A kept run whose approved call was under way when its host stopped,
+    /// to be told. Its confirmation is on record as approved and
+    /// interrupted ([`Confirmations::status`]).
+    fn interrupted(&self, approved: ApprovedRun) -> InterruptedRun {
+        let confirmation = approved.approved.shown(
+            approved.run.clone(),
+            approved.requested_by.clone(),
+            approved.caller.clone(),
+            &self.inner.config.confirmation,
+        );
+        let (by, at) = (approved.by.clone(), approved.at);
+        let interrupted = InterruptedRun::from(approved);
+        self.inner.confirmations.remember_interrupted(
+            confirmation,
+            by,
+            at,
+            interrupted.to_string(),
+        );
+        interrupted
     }
 
     fn resume(&self, store: &Arc<RunStore>, kept: KeptRun) -> ResumedRun {

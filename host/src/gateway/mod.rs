@@ -9,8 +9,8 @@
 //! | route | access | what |
 //! |---|---|---|
 //! | `POST /v1/chat/completions` | API | OpenAI chat completions; the agent runs behind it; `stream: true` streams SSE chunks |
-//! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run |
-//! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?) and `resolved_at`, for an hour after (the latest 1024, 16 MiB of arguments): how a requester learns what a separate approver decided |
+//! | `POST /v1/confirmations/{id}` | API | `{"decision": "approve" \| "reject", "reason"?, "stream"?, "stream_options"?}`: answers a pending confirmation and resumes its run; `409` `confirmation_resolved` saying how it ended when it was answered already |
+//! | `GET /v1/confirmations/{id}` | API | where a confirmation is: `pending` (with how to answer it), or `resolved` with `resolution` (`decision`, `by`?, `reason`?), `resolved_at` and, for an approval whose call a stop of the host cut short (`--runs-dir`), `interrupted` saying so, for an hour after (the latest 1024, 16 MiB of arguments): how a requester learns what a separate approver decided |
 //! | `GET /v1/runs/{id}` | API | a run that waited for a person: `pending_confirmation`, `running`, `done` with its `result` (invocation) or `answer` (chat), or `failed` with `error`; for an hour after its last change (the latest 4096 states, 32 MiB): what a run did after someone else resumed it; shown to the principal the run acts for and the admin key |
 //! | `GET /v1/models` | API | the configured model, for clients that list models first |
 //! | `GET /v1/models/{id}` | API | that model, or a 404 `model_not_found` naming the one served |
