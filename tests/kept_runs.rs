@@ -11,7 +11,7 @@ use tempfile::TempDir;
 
 use skillhost::agent::llm::Message;
 use skillhost::agent::{
-    AgentEvent, CallOutcome, ConfirmationStatus, Decision, ResumedRun, RunHandle, RunId,
+    AgentEvent, CallOutcome, ConfirmationStatus, Decision, ResumedRun, Returned, RunHandle, RunId,
     SkillOutput, list_kept_runs,
 };
 use skillhost::embed::{SkillHost, SkillHostBuilder};
@@ -516,4 +516,84 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
         );
     });
     assert!(premises.db.refunds_for("88231").unwrap().is_empty());
+}
+
+/// A conversation whose approved refund ran, its host then stopping while
+/// the model was still asked for the answer: the next host tells that the
+/// refund ran, with its result, and does not run it again.
+#[test]
+fn a_run_stopped_after_its_approved_call_returned_is_told_with_what_the_call_returned() {
+    let premises = Premises::new();
+    let process = tokio::runtime::Runtime::new().unwrap();
+    let run = process.block_on(async {
+        let (_never, held) = tokio::sync::oneshot::channel();
+        let llm = ScriptedLlm::start(vec![
+            refund_call(),
+            Step::text("never answered").held_until(held),
+        ])
+        .await;
+        let host = premises.host_with(Some(&llm)).await;
+        let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
+        while let Some(event) = run.events.recv().await {
+            if let AgentEvent::ConfirmationPending(pending) = event {
+                host.approve(pending.id.as_str()).unwrap();
+                break;
+            }
+        }
+        // The refund is written and the model asked for the answer.
+        while llm.requests().len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        run.id.clone()
+    });
+    drop(process);
+    assert_eq!(premises.db.refunds_for("88231").unwrap().len(), 1);
+    let (listed, _) = list_kept_runs(&premises.runs);
+    assert_eq!((&listed[0].run, listed[0].state), (&run, "interrupted"));
+    let Some(Returned::Result(result)) = &listed[0].returned else {
+        panic!("what the refund returned is not on disk: {:?}", listed[0]);
+    };
+    assert_eq!(result["refundId"], "RF20260629001");
+
+    let process = tokio::runtime::Runtime::new().unwrap();
+    process.block_on(async {
+        let host = premises.host().await;
+        let Some(ResumedRun::Interrupted(interrupted)) = host.take_resumed_runs().pop() else {
+            panic!("the run was not told as interrupted");
+        };
+        let message = interrupted.to_string();
+        assert!(
+            message.contains("`applyRefund` was approved")
+                && message.contains("the call ran, returning")
+                && message.contains("RF20260629001")
+                && message.contains("before its end"),
+            "{message}"
+        );
+        assert!(
+            !premises.kept_file(&run).exists(),
+            "told once, still on disk"
+        );
+        assert!(host.confirmations().pending().is_empty(), "asked again");
+    });
+    assert_eq!(premises.db.refunds_for("88231").unwrap().len(), 1);
+}
+
+/// A run whose approved call returned and that then ended leaves nothing
+/// on disk.
+#[tokio::test]
+async fn a_run_that_ends_after_its_approved_call_leaves_nothing_kept() {
+    let premises = Premises::new();
+    let host = premises.host().await;
+    let mut run = host.invoke("processRefund", refund_input()).unwrap();
+    while let Some(event) = run.events.recv().await {
+        if let AgentEvent::ConfirmationPending(pending) = event {
+            host.approve(pending.id.as_str()).unwrap();
+            break;
+        }
+    }
+    let id = run.id.clone();
+    let output = run.result().await.unwrap();
+    assert!(matches!(output.outcome, CallOutcome::Done { .. }));
+    assert!(!premises.kept_file(&id).exists());
+    assert_eq!(list_kept_runs(&premises.runs).0.len(), 0);
 }

@@ -23,13 +23,13 @@
 //!
 //! The file is written (a temporary file, synced, then renamed) as the
 //! confirmation opens. Rejected or expired, it is removed; approved, it is
-//! replaced, before the call runs, by the approval, which
-//! is removed once the call returns. A run is never resumed past an
-//! approval: a crash while the approved call is under way leaves the
-//! approval, and the next host, rather than ask again for a write that may
-//! have run, reports the run as interrupted ([`InterruptedRun`]), saying
-//! which call may or may not have run. A crash later in the run loses it
-//! (the write is done). A run aborted
+//! replaced, before the call runs, by the approval, to which what the call
+//! returned is added once it returns; the run's end removes it. A run is
+//! never resumed past an approval: a crash while the approved call is under
+//! way, or later in the run, leaves the approval, and the next host, rather
+//! than ask again for a write that may have run, reports the run as
+//! interrupted ([`InterruptedRun`]), saying which call may or may not have
+//! run, or that it ran and what it returned. A run aborted
 //! ([`RunHandle::abort`](super::RunHandle::abort)) is removed too; one that
 //! ends with the process stays, and the next host started on the directory
 //! resumes it ([`Agent::resume_kept_runs`]): the same run id, its
@@ -43,6 +43,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -57,6 +58,7 @@ use super::llm::{ChatResponse, Message};
 use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
 use crate::runtime::WasiSources;
 use crate::skills::SkillVersion;
+use crate::text::clip;
 use crate::tools::ToolError;
 
 /// The directory runs are kept in ([`AgentBuilder::keep_runs`]): one JSON
@@ -85,6 +87,9 @@ pub struct RunStoreError {
 /// The version of the kept file's format; a file of another is left alone.
 const FORMAT: u32 = 1;
 
+/// How much of an interrupted run's returned result its message shows.
+const SHOWN_RESULT_CHARS: usize = 500;
+
 /// What is written of a run whose approved call is under way.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -99,6 +104,29 @@ pub(super) struct ApprovedRun {
     /// Who approved it, when the answer said.
     pub(super) by: Option<String>,
     pub(super) at: SystemTime,
+    /// What the call returned, once it did: written then, and kept until
+    /// the run ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) returned: Option<Returned>,
+}
+
+/// What an approved call returned.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Returned {
+    /// Its result.
+    Result(Value),
+    /// Why it failed.
+    Error(String),
+}
+
+impl Returned {
+    pub(super) fn of(result: &Result<Value, ToolError>) -> Self {
+        match result {
+            Ok(value) => Self::Result(value.clone()),
+            Err(error) => Self::Error(error.to_string()),
+        }
+    }
 }
 
 impl ApprovedRun {
@@ -118,6 +146,7 @@ impl ApprovedRun {
             approved: KeptConfirmation::of(approved),
             by: by.map(str::to_owned),
             at: SystemTime::now(),
+            returned: None,
         }
     }
 }
@@ -360,13 +389,10 @@ pub enum ResumedRun {
 }
 
 /// A run whose approved call was under way when the process that ran it
-/// ended. It is not resumed, since the call may have run; its requester is
-/// to be told (the gateway records it as failed, `run_interrupted`).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error(
-    "the host stopped after `{tool}` was approved (confirmation {confirmation}) and before the \
-     call returned: it may or may not have run; check before asking for it again"
-)]
+/// ended, or had returned and the run had not ended yet. It is not resumed,
+/// since the call may have run (or did); its requester is to be told (the
+/// gateway records it as failed, `run_interrupted`).
+#[derive(Debug, Clone)]
 pub struct InterruptedRun {
     pub run: RunId,
     /// Whom the run acted for.
@@ -377,7 +403,43 @@ pub struct InterruptedRun {
     /// Who approved it, when the answer said.
     pub approved_by: Option<String>,
     pub approved_at: SystemTime,
+    /// What the call returned, when it did before the host stopped.
+    pub returned: Option<Returned>,
 }
+
+impl std::fmt::Display for InterruptedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Self {
+            tool, confirmation, ..
+        } = self;
+        write!(
+            f,
+            "the host stopped after `{tool}` was approved (confirmation {confirmation}) "
+        )?;
+        match &self.returned {
+            None => f.write_str(
+                "and before the call returned: it may or may not have run; check before asking \
+                 for it again",
+            ),
+            Some(returned) => {
+                match returned {
+                    Returned::Result(result) => {
+                        let result = result.to_string();
+                        write!(
+                            f,
+                            "and the call ran, returning {}",
+                            clip(&result, SHOWN_RESULT_CHARS)
+                        )?;
+                    }
+                    Returned::Error(error) => write!(f, "and the call failed: {error}")?,
+                }
+                f.write_str("; the run stopped there, before its end")
+            }
+        }
+    }
+}
+
+impl std::error::Error for InterruptedRun {}
 
 impl From<ApprovedRun> for InterruptedRun {
     fn from(approved: ApprovedRun) -> Self {
@@ -388,6 +450,7 @@ impl From<ApprovedRun> for InterruptedRun {
             confirmation: approved.approved.id,
             approved_by: approved.by,
             approved_at: approved.at,
+            returned: approved.returned,
         }
     }
 }
@@ -562,7 +625,8 @@ pub struct KeptRunInfo {
     pub requested_by: Option<String>,
     /// `waiting`: resumed at the next start, its confirmation pending
     /// again; `interrupted`: its approved call was under way when its host
-    /// stopped, and the next start tells of it rather than run it again.
+    /// stopped, or had returned and the run had not ended, and the next
+    /// start tells of it rather than run it again.
     pub state: &'static str,
     /// `skill` (a direct invocation) or `chat`; none for an interrupted
     /// run (its record keeps only the approval).
@@ -579,6 +643,9 @@ pub struct KeptRunInfo {
     pub approved_by: Option<String>,
     /// When it was approved (interrupted runs; an HTTP date).
     pub approved_at: Option<String>,
+    /// What the approved call returned, when it did (interrupted runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub returned: Option<Returned>,
 }
 
 impl From<Stored> for KeptRunInfo {
@@ -598,6 +665,7 @@ impl From<Stored> for KeptRunInfo {
             Stored::Approved(approved) => Self {
                 approved_by: approved.by,
                 approved_at: Some(httpdate::fmt_http_date(approved.at)),
+                returned: approved.returned,
                 ..Self::of(
                     approved.run,
                     approved.requested_by,
@@ -628,6 +696,7 @@ impl KeptRunInfo {
             expires_at: httpdate::fmt_http_date(call.expires_at),
             approved_by: None,
             approved_at: None,
+            returned: None,
         }
     }
 }
@@ -649,6 +718,12 @@ pub fn list_kept_runs(dir: &Path) -> (Vec<KeptRunInfo>, Vec<UnreadableRun>) {
 pub(super) struct Keeping {
     pub(super) store: Arc<RunStore>,
     pub(super) what: KeptWhat,
+    /// The approval on disk, from when it is given until the run ends or
+    /// waits again: rewritten once its call returns.
+    approval: Mutex<Option<ApprovedRun>>,
+    /// Whether the run's file is on disk: a run that never waited ends
+    /// without touching the directory.
+    on_disk: AtomicBool,
 }
 
 /// What a kept run is made of besides its journal or tape.
@@ -663,6 +738,50 @@ pub(super) enum KeptWhat {
 }
 
 impl Keeping {
+    /// Keeps a run in `store`; `on_disk` when its file is there already
+    /// (a resumed run's).
+    pub(super) fn new(store: Arc<RunStore>, what: KeptWhat, on_disk: bool) -> Self {
+        Self {
+            store,
+            what,
+            approval: Mutex::new(None),
+            on_disk: AtomicBool::new(on_disk),
+        }
+    }
+
+    /// Writes `waiting` as the run's file.
+    pub(super) fn save(&self, waiting: &KeptRun) -> std::io::Result<()> {
+        self.store.save(&waiting.run, waiting)?;
+        self.on_disk.store(true, Ordering::Release);
+        self.take_approval();
+        Ok(())
+    }
+
+    /// Writes `approval` as the run's file, and holds it to be written
+    /// again once its call returns.
+    pub(super) fn save_approval(&self, approval: ApprovedRun) -> std::io::Result<()> {
+        self.store.save(&approval.run, &approval)?;
+        self.on_disk.store(true, Ordering::Release);
+        *self.approval.lock().unwrap_or_else(PoisonError::into_inner) = Some(approval);
+        Ok(())
+    }
+
+    /// The approval on disk, taken to be written again.
+    pub(super) fn take_approval(&self) -> Option<ApprovedRun> {
+        self.approval
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    /// Takes the run's file off disk, if it is there.
+    pub(super) fn remove(&self, run: &RunId) {
+        self.take_approval();
+        if self.on_disk.swap(false, Ordering::AcqRel) {
+            self.store.remove(run);
+        }
+    }
+
     /// What to write while the run waits on `waiting`: a skill run with its
     /// steps' `journal` (`None`: the wait is not its steps', so nothing is
     /// kept), a conversation with its tape.

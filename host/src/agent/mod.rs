@@ -83,7 +83,8 @@ pub use confirm::{
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
 pub use kept::{
-    InterruptedRun, KeptRunInfo, ResumedRun, RunStore, RunStoreError, UnreadableRun, list_kept_runs,
+    InterruptedRun, KeptRunInfo, ResumedRun, Returned, RunStore, RunStoreError, UnreadableRun,
+    list_kept_runs,
 };
 pub use run::{
     Finished, RunHandle, RunObserver, RunOptions, RunOutput, RunStats, RunTracker, SkillOutput,

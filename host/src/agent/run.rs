@@ -24,7 +24,7 @@ use super::catalog::Catalog;
 use super::confirm::{ConfirmationId, Confirmations, Decision, PendingConfirmation};
 use super::events::{AgentEvent, CallOutcome, Caller, Declined, Resolution};
 use super::ids::RunId;
-use super::kept::{ApprovedRun, Keeping, KeptAnswer, KeptConfirmation, RunStore, Told};
+use super::kept::{ApprovedRun, Keeping, KeptAnswer, KeptConfirmation, Returned, RunStore, Told};
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
@@ -157,7 +157,7 @@ impl Drop for RunSpanEnd {
 
 impl<T: Send + 'static> RunHandle<T> {
     pub(super) fn spawn<F>(
-        run: &RunContext,
+        run: &Arc<RunContext>,
         events: mpsc::UnboundedReceiver<AgentEvent>,
         body: F,
     ) -> Self
@@ -200,9 +200,15 @@ impl<T: Send + 'static> RunHandle<T> {
             events,
             milestones: run.milestones.clone(),
             kept: run.kept.as_ref().map(|kept| kept.store.clone()),
-            task: tokio::spawn(async move {
-                let (_end, _running) = (end, running);
-                body.await
+            task: tokio::spawn({
+                let run = run.clone();
+                async move {
+                    let (_end, _running) = (end, running);
+                    let result = body.await;
+                    // However it ended, nothing of it is to be resumed or told.
+                    run.unkeep();
+                    result
+                }
             }),
         }
     }
@@ -729,9 +735,8 @@ impl RunContext {
                 let result = span
                     .execute(registered, &self.tool_context, arguments)
                     .await;
-                // The approved call returned: nothing is left to tell.
                 if confirmed {
-                    self.unkeep();
+                    self.keep_returned(&result);
                 }
                 if let Some(arguments) = taped {
                     self.record(|| Told::Tool {
@@ -933,7 +938,7 @@ impl RunContext {
         ) else {
             return;
         };
-        if let Err(error) = keeping.store.save(&self.id, &kept) {
+        if let Err(error) = keeping.save(&kept) {
             tracing::warn!(run = %self.id, %error, dir = %keeping.store.dir().display(),
                 "a run waiting for a person could not be kept on disk: a restart would lose it");
         }
@@ -946,18 +951,37 @@ impl RunContext {
     fn keep_approved(&self, approved: &PendingConfirmation, by: Option<&str>) {
         let Some(keeping) = &self.kept else { return };
         let record = ApprovedRun::of(self.id.clone(), self.requested_by.clone(), approved, by);
-        if let Err(error) = keeping.store.save(&self.id, &record) {
+        self.keep_approval(keeping, record, "while the call runs");
+    }
+
+    /// Writes down what the approved call returned, in place of the
+    /// approval, when the run is kept: until the run ends, a restart tells
+    /// that the call ran and what came of it, rather than nothing.
+    fn keep_returned(&self, result: &Result<Value, ToolError>) {
+        let Some(keeping) = &self.kept else { return };
+        let Some(mut record) = keeping.take_approval() else {
+            return;
+        };
+        record.returned = Some(Returned::of(result));
+        self.keep_approval(keeping, record, "before the run ends");
+    }
+
+    /// Writes `record` down; should that fail, what was kept of the run is
+    /// taken off all the same, since a restart must not ask again for a
+    /// write that may have run (`until` says how long the log's warning
+    /// holds).
+    fn keep_approval(&self, keeping: &Keeping, record: ApprovedRun, until: &str) {
+        if let Err(error) = keeping.save_approval(record) {
             tracing::warn!(run = %self.id, %error, dir = %keeping.store.dir().display(),
-                "an approval could not be written down: a restart while the call runs would not \
-                 tell of it");
-            keeping.store.remove(&self.id);
+                "an approval could not be written down: a restart {until} would not tell of it");
+            keeping.remove(&self.id);
         }
     }
 
     /// Takes what was kept of the run off disk: it does not wait any more.
     pub(super) fn unkeep(&self) {
         if let Some(kept) = &self.kept {
-            kept.store.remove(&self.id);
+            kept.remove(&self.id);
         }
     }
 

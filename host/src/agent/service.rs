@@ -386,10 +386,9 @@ impl Agent {
     /// an embedder attached cannot be written down, see `kept`).
     fn keeping(&self, options: &RunOptions, what: impl FnOnce() -> KeptWhat) -> Option<Keeping> {
         let store = self.inner.kept_runs.clone()?;
-        options.context_is_empty().then(|| Keeping {
-            store,
-            what: what(),
-        })
+        options
+            .context_is_empty()
+            .then(|| Keeping::new(store, what(), false))
     }
 
     /// Where runs are kept while they wait ([`AgentBuilder::keep_runs`]).
@@ -459,10 +458,7 @@ impl Agent {
             None => RunOptions::new(),
         };
         let open = |what| {
-            let kept = Keeping {
-                store: store.clone(),
-                what,
-            };
+            let kept = Keeping::new(store.clone(), what, true);
             RunContext::new(
                 self.inner.clone(),
                 options,
@@ -511,13 +507,7 @@ impl Agent {
                 });
                 let body = {
                     let run = run.clone();
-                    async move {
-                        let output =
-                            main_agent(run.clone(), Transcript::from_messages(messages)).await;
-                        // However it ended, it does not wait any more.
-                        run.unkeep();
-                        output
-                    }
+                    async move { main_agent(run.clone(), Transcript::from_messages(messages)).await }
                 };
                 ResumedRun::Chat {
                     requested_by,

@@ -110,8 +110,6 @@ pub(super) async fn resume(
             outcome
         }
     };
-    // However it ended, it does not wait any more.
-    run.unkeep();
     Ok(outcome)
 }
 

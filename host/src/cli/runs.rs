@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::json;
 
-use skillhost::agent::{KeptRunInfo, list_kept_runs};
+use skillhost::agent::{KeptRunInfo, Returned, list_kept_runs};
 
 use super::config::ConfigFile;
 
@@ -15,8 +15,8 @@ use super::config::ConfigFile;
 #[command(
     after_help = "The directory is only read: it may be listed while serve keeps its runs there. \
     A waiting run is resumed by the next serve on the directory, its confirmation pending again; \
-    an interrupted one (its approved call was under way when its serve stopped) is reported by the \
-    next serve, not run again.\n\nExits non-zero when a file of the directory holds no run serve \
+    an interrupted one (its approved call was under way when its serve stopped, or had returned \
+    before the run's end) is reported by the next serve, not run again.\n\nExits non-zero when a file of the directory holds no run serve \
     could resume (it is listed with the reason, and left where it is)."
 )]
 pub struct RunsArgs {
@@ -28,7 +28,8 @@ pub struct RunsArgs {
     #[arg(long, value_name = "FILE", env = "SKILLHOST_CONFIG")]
     config: Option<PathBuf>,
     /// Print one JSON object: runs [{run, requested_by, state, kind, skill,
-    /// confirmation, summary, expires_at, approved_by, approved_at}] and
+    /// confirmation, summary, expires_at, approved_by, approved_at,
+    /// returned?}] and
     /// unreadable [{file, reason}].
     #[arg(long)]
     json: bool,
@@ -83,11 +84,16 @@ fn describe(run: &KeptRunInfo) -> String {
     };
     let stands = match &run.approved_at {
         Some(at) => format!(
-            "interrupted: approved{} at {at}, its call may or may not have run",
+            "interrupted: approved{} at {at}, {}",
             run.approved_by
                 .as_ref()
                 .map(|by| format!(" by {by}"))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            match &run.returned {
+                None => "its call may or may not have run",
+                Some(Returned::Result(_)) => "its call ran; the run did not end",
+                Some(Returned::Error(_)) => "its call failed; the run did not end",
+            }
         ),
         None => format!("waiting, expires {}", run.expires_at),
     };

@@ -105,9 +105,10 @@ pub struct ServeArgs {
     /// Keep the runs waiting for a person's approval (skill invocations and
     /// chats) in this directory, created for this user alone, so that a
     /// restart does not lose them: the next serve on it resumes them, their
-    /// confirmations pending again under the same ids; a run whose approved
-    /// write a crash cut short is reported (`GET /v1/runs/{id}`), not run
-    /// again [default: none, they end with the process].
+    /// confirmations pending again under the same ids; a run a crash cut
+    /// short after a write's approval is reported (`GET /v1/runs/{id}`: the
+    /// write may have run, or ran and returned what), not run again
+    /// [default: none, they end with the process].
     #[arg(long, value_name = "DIR", env = "SKILLHOST_RUNS_DIR")]
     runs_dir: Option<PathBuf>,
     #[command(flatten)]
