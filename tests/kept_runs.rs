@@ -486,6 +486,13 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
             message.contains("`applyRefund` was approved") && message.contains("may or may not"),
             "{message}"
         );
+        let approval = &record["interrupted"];
+        assert_eq!(
+            (&approval["tool"], &approval["confirmation"]),
+            (&json!("applyRefund"), &json!(confirmation))
+        );
+        assert_eq!(approval["approved_by"], "supervisor");
+        assert!(approval["returned"].is_null(), "{record:#}");
         // The approver finds their answer, and that its outcome is unknown.
         let path = format!("{base}/v1/confirmations/{confirmation}");
         let status: Value = reqwest::get(&path).await.unwrap().json().await.unwrap();
@@ -558,10 +565,20 @@ fn a_run_stopped_after_its_approved_call_returned_is_told_with_what_the_call_ret
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
         let host = premises.host().await;
-        let Some(ResumedRun::Interrupted(interrupted)) = host.take_resumed_runs().pop() else {
-            panic!("the run was not told as interrupted");
-        };
-        let message = interrupted.to_string();
+        assert!(
+            !premises.kept_file(&run).exists(),
+            "told once, still on disk"
+        );
+        assert!(host.confirmations().pending().is_empty(), "asked again");
+        let base = serve(&host, GatewayConfig::default()).await;
+        let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(record["error"]["code"], "run_interrupted", "{record:#}");
+        let message = record["error"]["message"].as_str().unwrap();
         assert!(
             message.contains("`applyRefund` was approved")
                 && message.contains("the call ran, returning")
@@ -569,11 +586,11 @@ fn a_run_stopped_after_its_approved_call_returned_is_told_with_what_the_call_ret
                 && message.contains("before its end"),
             "{message}"
         );
-        assert!(
-            !premises.kept_file(&run).exists(),
-            "told once, still on disk"
+        // The requester reads the refund's id from the run's record.
+        assert_eq!(
+            record["interrupted"]["returned"]["result"]["refundId"], "RF20260629001",
+            "{record:#}"
         );
-        assert!(host.confirmations().pending().is_empty(), "asked again");
     });
     assert_eq!(premises.db.refunds_for("88231").unwrap().len(), 1);
 }

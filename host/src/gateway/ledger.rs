@@ -100,6 +100,9 @@ pub enum RunState {
     Done(Value),
     /// It failed, or was aborted: the error as the API reports it.
     Failed(ApiError),
+    /// Its host stopped after a write of it was approved: the error, and
+    /// the approval with what the call returned, if it did.
+    Interrupted { error: ApiError, approval: Value },
 }
 
 /// What a run's result is in the ledger.
@@ -190,6 +193,7 @@ impl RunLedger {
             RunState::Waiting(pending) => json_bytes(&pending.arguments),
             RunState::Done(fields) => json_bytes(fields),
             RunState::Failed(error) => json_bytes(error),
+            RunState::Interrupted { error, approval } => json_bytes(error) + json_bytes(approval),
         };
         let entry = Entry {
             run: run.clone(),
@@ -270,6 +274,11 @@ pub fn status_body(
         RunState::Failed(error) => {
             body["status"] = "failed".into();
             body["error"] = json!(error);
+        }
+        RunState::Interrupted { error, approval } => {
+            body["status"] = "failed".into();
+            body["error"] = json!(error);
+            body["interrupted"] = approval;
         }
     }
     body

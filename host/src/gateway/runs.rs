@@ -21,6 +21,7 @@ use crate::agent::{
 use crate::skills::{SkillName, SkillVersion};
 
 use axum::http::StatusCode;
+use serde_json::json;
 use tokio::task::AbortHandle;
 
 use super::errors::{ApiError, ErrorType};
@@ -343,8 +344,18 @@ pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
                 "run_interrupted",
                 interrupted.to_string(),
             );
+            // What a client acts on: whether the write ran, and its result.
+            let approval = json!({
+                "tool": interrupted.tool,
+                "confirmation": interrupted.confirmation,
+                "approved_by": interrupted.approved_by,
+                "approved_at": httpdate::fmt_http_date(interrupted.approved_at),
+                "returned": interrupted.returned,
+            });
             let owner = interrupted.requested_by.as_deref();
-            state.ledger.record(&id, owner, RunState::Failed(error));
+            state
+                .ledger
+                .record(&id, owner, RunState::Interrupted { error, approval });
             return;
         }
         ResumedRun::Skill {
