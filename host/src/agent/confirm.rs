@@ -89,6 +89,29 @@ pub struct ResolvedConfirmation {
     pub interrupted: Option<String>,
 }
 
+impl ResolvedConfirmation {
+    /// For a person: `approved by `supervisor`, Sun, 06 Dec 2026 19:00:00
+    /// GMT`, and why the outcome of an approved call is unknown, when it
+    /// is.
+    pub fn describe(&self) -> String {
+        let by = self
+            .resolution
+            .by()
+            .map(|by| format!(" by `{by}`"))
+            .unwrap_or_default();
+        let mut text = format!(
+            "{}{by}, {}",
+            self.resolution.decision(),
+            httpdate::fmt_http_date(self.resolved_at)
+        );
+        if let Some(why) = &self.interrupted {
+            text.push_str("; ");
+            text.push_str(why);
+        }
+        text
+    }
+}
+
 /// Where a confirmation is ([`Confirmations::status`]).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -134,6 +157,11 @@ pub enum ConfirmError {
          when its run ended (a restart of the host ends every run it does not keep on disk)"
     )]
     NotPending(String),
+    /// The confirmation no longer waits, lately: answered already (a
+    /// second click, another approver first), expired, or withdrawn.
+    /// `how` says which, by whom and when ([`ResolvedConfirmation::describe`]).
+    #[error("confirmation `{id}` no longer waits: {how}")]
+    Resolved { id: String, how: String },
     /// The confirmation needs an approver other than the principal its run
     /// acts for, and this approval was on behalf of that principal (or of
     /// nobody). It stays pending.
@@ -290,11 +318,7 @@ impl Confirmations {
         let answer = match decision {
             Decision::Approve => Answer::Approve { by },
             Decision::Reject(reason) => Answer::Reject { reason, by },
-            Decision::Leave => {
-                return self
-                    .get(id)
-                    .ok_or_else(|| ConfirmError::NotPending(id.to_owned()));
-            }
+            Decision::Leave => return self.get(id).ok_or_else(|| self.not_pending(id)),
         };
         let mut slots = self.lock();
         if let (Answer::Approve { by }, Some(slot)) = (&answer, slots.get(id)) {
@@ -306,9 +330,7 @@ impl Confirmations {
             answer: to,
             answered,
             ..
-        } = slots
-            .remove(id)
-            .ok_or_else(|| ConfirmError::NotPending(id.to_owned()))?;
+        } = slots.remove(id).ok_or_else(|| self.not_pending(id))?;
         // Sent before the lock is let go: an expiry that finds the slot
         // gone then always finds the answer (see `Ticket::resolution`), so
         // an answer reported accepted is the one the call gets.
@@ -322,7 +344,7 @@ impl Confirmations {
         }
         drop(slots);
         // A closed receiver means the run is gone: nothing was approved.
-        sent.map_err(|_| ConfirmError::NotPending(id.to_owned()))?;
+        sent.map_err(|_| self.not_pending(id))?;
         Ok(pending)
     }
 
@@ -468,6 +490,22 @@ impl Confirmations {
     /// The runs of the agent these confirmations belong to.
     pub(crate) fn activity(&self) -> &Activity {
         &self.activity
+    }
+
+    /// Why `id`, not waiting, cannot be answered: how it ended, when that
+    /// is remembered.
+    fn not_pending(&self, id: &str) -> ConfirmError {
+        match self
+            .lock_resolved()
+            .0
+            .latest(|resolved| resolved.confirmation.id.as_str() == id)
+        {
+            Some((resolved, _)) => ConfirmError::Resolved {
+                id: id.to_owned(),
+                how: resolved.describe(),
+            },
+            None => ConfirmError::NotPending(id.to_owned()),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<ConfirmationId, Slot>> {
@@ -730,10 +768,13 @@ mod tests {
         assert_eq!(approved.arguments["orderId"], "88231");
         assert_eq!(ticket.resolution().await, Resolution::Approved { by: None });
         assert!(store.pending().is_empty());
-        assert_eq!(
-            store.approve(id.as_str()),
-            Err(ConfirmError::NotPending(id.to_string()))
-        );
+        // Answered again: how it ended.
+        let Err(ConfirmError::Resolved { how, .. }) = store.approve(id.as_str()) else {
+            panic!("a second approval was not told the first");
+        };
+        assert!(how.starts_with("approved, ") && how.ends_with(" GMT"), "{how}");
+        let unknown = store.approve("cf_unknown");
+        assert_eq!(unknown, Err(ConfirmError::NotPending("cf_unknown".into())));
     }
 
     fn resolution_of(store: &Confirmations, id: &str) -> Resolution {

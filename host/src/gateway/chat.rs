@@ -20,7 +20,7 @@ use super::skills::finish_invocation;
 use super::{AppState, Mount, Principal, RunStart};
 use crate::agent::{
     self, AgentEvent, Caller, ConfirmError, ConfirmationStatus, PendingConfirmation,
-    RESOLUTIONS_KEPT, RESOLUTIONS_KEPT_FOR, ResolvedConfirmation, RunOutput,
+    RESOLUTIONS_KEPT, RESOLUTIONS_KEPT_FOR, RunOutput,
 };
 
 /// OpenAI chat completions with the agent behind them: one run over the
@@ -106,7 +106,7 @@ pub async fn answer_confirmation(
     let (confirmation, parked) = state
         .parking
         .answer(&id, || state.host.answer(&id, decision, by.clone()))
-        .map_err(|error| refused_answer(&state, &error))?;
+        .map_err(|error| refused_answer(&error))?;
     match parked.map(Parked::answered) {
         Some(Parked::Chat(mut chat)) => {
             // A response of its own: its usage is what the run uses from here.
@@ -136,23 +136,20 @@ pub async fn answer_confirmation(
     }
 }
 
-/// Why an answer was refused. A confirmation answered already (a second
-/// click, another approver first) is a `409` saying how it ended, where it
-/// is remembered ([`RESOLUTIONS_KEPT`]); else the `404` of an unknown one.
-fn refused_answer(state: &AppState, error: &ConfirmError) -> ApiError {
+/// Why an answer was refused: a confirmation answered already (a second
+/// click, another approver first) is a `409` saying how it ended, an
+/// unknown one the `404`.
+fn refused_answer(error: &ConfirmError) -> ApiError {
     match error {
-        ConfirmError::NotPending(id) => match state.host.confirmations().status(id) {
-            Some(ConfirmationStatus::Resolved(resolved)) => ApiError::new(
-                StatusCode::CONFLICT,
-                ErrorType::InvalidRequestError,
-                "confirmation_resolved",
-                format!(
-                    "confirmation `{id}` no longer waits: {}",
-                    how_it_ended(&resolved)
-                ),
-            ),
-            _ => ApiError::not_found("confirmation_not_found", error.to_string()),
-        },
+        ConfirmError::NotPending(_) => {
+            ApiError::not_found("confirmation_not_found", error.to_string())
+        }
+        ConfirmError::Resolved { .. } => ApiError::new(
+            StatusCode::CONFLICT,
+            ErrorType::InvalidRequestError,
+            "confirmation_resolved",
+            error.to_string(),
+        ),
         ConfirmError::SameApprover { .. } => ApiError::new(
             StatusCode::FORBIDDEN,
             ErrorType::PermissionError,
@@ -166,26 +163,6 @@ fn refused_answer(state: &AppState, error: &ConfirmError) -> ApiError {
             error.to_string(),
         ),
     }
-}
-
-/// For a person: `approved by `supervisor`, Sun, 06 Dec 2026 19:00:00 GMT`,
-/// and why the outcome of an approved call is unknown, when it is.
-fn how_it_ended(resolved: &ResolvedConfirmation) -> String {
-    let resolution = &resolved.resolution;
-    let by = resolution
-        .by()
-        .map(|by| format!(" by `{by}`"))
-        .unwrap_or_default();
-    let mut text = format!(
-        "{}{by}, {}",
-        resolution.decision(),
-        httpdate::fmt_http_date(resolved.resolved_at)
-    );
-    if let Some(why) = &resolved.interrupted {
-        text.push_str("; ");
-        text.push_str(why);
-    }
-    text
 }
 
 /// `GET /v1/confirmations/{id}`: where a confirmation is. `pending`, with
