@@ -772,7 +772,10 @@ mod tests {
         let Err(ConfirmError::Resolved { how, .. }) = store.approve(id.as_str()) else {
             panic!("a second approval was not told the first");
         };
-        assert!(how.starts_with("approved, ") && how.ends_with(" GMT"), "{how}");
+        assert!(
+            how.starts_with("approved, ") && how.ends_with(" GMT"),
+            "{how}"
+        );
         let unknown = store.approve("cf_unknown");
         assert_eq!(unknown, Err(ConfirmError::NotPending("cf_unknown".into())));
     }

@@ -407,23 +407,53 @@ pub struct InterruptedRun {
     pub returned: Option<Returned>,
 }
 
+impl InterruptedRun {
+    /// What happened, without what the call returned (its result, or its
+    /// error's message): for logs, which carry neither for a write.
+    pub fn without_result(&self) -> impl std::fmt::Display + '_ {
+        Telling {
+            run: self,
+            with_result: false,
+        }
+    }
+}
+
 impl std::fmt::Display for InterruptedRun {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let Self {
-            tool, confirmation, ..
-        } = self;
+        Telling {
+            run: self,
+            with_result: true,
+        }
+        .fmt(f)
+    }
+}
+
+/// How an interrupted run is told, with or without the call's result.
+struct Telling<'a> {
+    run: &'a InterruptedRun,
+    with_result: bool,
+}
+
+impl std::fmt::Display for Telling<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let InterruptedRun {
+            tool,
+            confirmation,
+            returned,
+            ..
+        } = self.run;
         write!(
             f,
             "the host stopped after `{tool}` was approved (confirmation {confirmation}) "
         )?;
-        match &self.returned {
+        match returned {
             None => f.write_str(
                 "and before the call returned: it may or may not have run; check before asking \
                  for it again",
             ),
             Some(returned) => {
                 match returned {
-                    Returned::Result(result) => {
+                    Returned::Result(result) if self.with_result => {
                         let result = result.to_string();
                         write!(
                             f,
@@ -431,7 +461,11 @@ impl std::fmt::Display for InterruptedRun {
                             clip(&result, SHOWN_RESULT_CHARS)
                         )?;
                     }
-                    Returned::Error(error) => write!(f, "and the call failed: {error}")?,
+                    Returned::Error(error) if self.with_result => {
+                        write!(f, "and the call failed: {error}")?;
+                    }
+                    Returned::Result(_) => f.write_str("and the call ran")?,
+                    Returned::Error(_) => f.write_str("and the call failed")?,
                 }
                 f.write_str("; the run stopped there, before its end")
             }
@@ -823,4 +857,51 @@ impl Keeping {
 
 fn lock(tape: &Mutex<Tape>) -> MutexGuard<'_, Tape> {
     tape.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn interrupted(returned: Option<Returned>) -> InterruptedRun {
+        InterruptedRun {
+            run: RunId::random(),
+            requested_by: None,
+            tool: "applyRefund".into(),
+            confirmation: ConfirmationId::random(),
+            approved_by: Some("supervisor".into()),
+            approved_at: SystemTime::now(),
+            returned,
+        }
+    }
+
+    #[test]
+    fn an_interrupted_run_is_told_with_what_its_call_returned_but_logged_without_it() {
+        let ran = interrupted(Some(Returned::Result(json!({"refundId": "RF20260629001"}))));
+        let told = ran.to_string();
+        assert!(
+            told.contains("the call ran, returning {\"refundId\":\"RF20260629001\"}"),
+            "{told}"
+        );
+        let logged = ran.without_result().to_string();
+        assert!(
+            logged.contains("and the call ran; the run stopped there"),
+            "{logged}"
+        );
+        assert!(!logged.contains("RF2026"), "{logged}");
+
+        let failed = interrupted(Some(Returned::Error("order 88231 is not delivered".into())));
+        assert!(failed.to_string().contains("the call failed: order 88231"));
+        let logged = failed.without_result().to_string();
+        assert!(
+            logged.contains("and the call failed;") && !logged.contains("88231"),
+            "{logged}"
+        );
+
+        let unknown = interrupted(None);
+        assert_eq!(unknown.to_string(), unknown.without_result().to_string());
+        assert!(unknown.to_string().contains("it may or may not have run"));
+    }
 }

@@ -367,7 +367,7 @@ async fn resume_kept_runs(agent: &Agent) -> Vec<ResumedRun> {
     for kept in &resumed {
         match kept {
             ResumedRun::Interrupted(interrupted) => {
-                tracing::warn!(run = %interrupted.run, "{interrupted}");
+                tracing::warn!(run = %interrupted.run, "{}", interrupted.without_result());
             }
             _ => {
                 tracing::info!(run = %kept.id(), "a kept run resumed: it waits again for its answer")
