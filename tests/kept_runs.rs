@@ -117,6 +117,26 @@ impl Premises {
     fn kept_file(&self, run: &RunId) -> PathBuf {
         self.runs.join(format!("{run}.json"))
     }
+
+    /// The next host on the premises, serving on loopback, after `run` was
+    /// interrupted past an approval: it asks nothing again and takes the
+    /// file off disk. Returns its base URL and the run's record there,
+    /// failed with `run_interrupted`.
+    async fn next_host_tells_interrupted(&self, run: &RunId) -> (String, Value) {
+        let host = self.host().await;
+        assert!(!self.kept_file(run).exists(), "told once, still on disk");
+        assert!(host.confirmations().pending().is_empty(), "asked again");
+        let base = serve(&host, GatewayConfig::default()).await;
+        let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(record["status"], "failed", "{record:#}");
+        assert_eq!(record["error"]["code"], "run_interrupted", "{record:#}");
+        (base, record)
+    }
 }
 
 /// Serves `host` on a loopback port, its gateway made (and the runs it
@@ -469,18 +489,7 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
-        let host = premises.host().await;
-        assert!(!file.exists(), "told once, the approval is still on disk");
-        assert!(host.confirmations().pending().is_empty(), "asked again");
-        let base = serve(&host, GatewayConfig::default()).await;
-        let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(record["status"], "failed", "{record:#}");
-        assert_eq!(record["error"]["code"], "run_interrupted", "{record:#}");
+        let (base, record) = premises.next_host_tells_interrupted(&run).await;
         let message = record["error"]["message"].as_str().unwrap();
         assert!(
             message.contains("`applyRefund` was approved") && message.contains("may or may not"),
@@ -564,20 +573,7 @@ fn a_run_stopped_after_its_approved_call_returned_is_told_with_what_the_call_ret
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
-        let host = premises.host().await;
-        assert!(
-            !premises.kept_file(&run).exists(),
-            "told once, still on disk"
-        );
-        assert!(host.confirmations().pending().is_empty(), "asked again");
-        let base = serve(&host, GatewayConfig::default()).await;
-        let record: Value = reqwest::get(format!("{base}/v1/runs/{run}"))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        assert_eq!(record["error"]["code"], "run_interrupted", "{record:#}");
+        let (_, record) = premises.next_host_tells_interrupted(&run).await;
         let message = record["error"]["message"].as_str().unwrap();
         assert!(
             message.contains("`applyRefund` was approved")
