@@ -31,7 +31,7 @@ use super::activity::{Activity, Waiting};
 use super::events::{Caller, Declined, Resolution};
 pub use super::ids::ConfirmationId;
 use super::ids::RunId;
-use super::kept::KeptConfirmation;
+use super::kept::{InterruptedRun, KeptConfirmation};
 use crate::recent::{KeptFor, Recent};
 use crate::text::clip;
 
@@ -536,24 +536,23 @@ impl Confirmations {
         self.remember(resolved, argument_bytes);
     }
 
-    /// Remembers, for [`Self::status`], the confirmation of a kept run that
-    /// was approved (`by`, `at`) when the host that ran it stopped, before
-    /// the call returned: `why` it may or may not have run. Without it the
-    /// approver, looking it up in this host, would find no trace of the
+    /// Remembers, for [`Self::status`], `confirmation`, whose approval a
+    /// stop of the host that ran it cut short (`interrupted`). Without it
+    /// the approver, looking it up in this host, would find no trace of the
     /// answer they gave.
     pub(super) fn remember_interrupted(
         &self,
         confirmation: PendingConfirmation,
-        by: Option<String>,
-        at: SystemTime,
-        why: String,
+        interrupted: &InterruptedRun,
     ) {
         let argument_bytes = confirmation.arguments.to_string().len();
         let resolved = ResolvedConfirmation {
             confirmation,
-            resolution: Resolution::Approved { by },
-            resolved_at: at,
-            interrupted: Some(why),
+            resolution: Resolution::Approved {
+                by: interrupted.approved_by.clone(),
+            },
+            resolved_at: interrupted.approved_at,
+            interrupted: Some(interrupted.to_string()),
         };
         self.remember(resolved, argument_bytes);
     }
@@ -687,7 +686,10 @@ fn shown(text: &str, quoted: bool) -> String {
     shown
 }
 
-fn http_date<S: Serializer>(time: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+pub(super) fn http_date<S: Serializer>(
+    time: &SystemTime,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&httpdate::fmt_http_date(*time))
 }
 

@@ -391,17 +391,23 @@ pub enum ResumedRun {
 /// A run whose approved call was under way when the process that ran it
 /// ended, or had returned and the run had not ended yet. It is not resumed,
 /// since the call may have run (or did); its requester is to be told (the
-/// gateway records it as failed, `run_interrupted`).
-#[derive(Debug, Clone)]
+/// gateway records it as failed, `run_interrupted`). Serialized, it is the
+/// approval as a client acts on it: `tool`, `confirmation`, `approved_by`,
+/// `approved_at` (an HTTP date) and `returned` (null when the call may not
+/// have returned).
+#[derive(Debug, Clone, Serialize)]
 pub struct InterruptedRun {
+    #[serde(skip)]
     pub run: RunId,
     /// Whom the run acted for.
+    #[serde(skip)]
     pub requested_by: Option<String>,
     /// The approved call's tool.
     pub tool: String,
     pub confirmation: ConfirmationId,
     /// Who approved it, when the answer said.
     pub approved_by: Option<String>,
+    #[serde(serialize_with = "super::confirm::http_date")]
     pub approved_at: SystemTime,
     /// What the call returned, when it did before the host stopped.
     pub returned: Option<Returned>,

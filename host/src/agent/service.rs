@@ -433,14 +433,10 @@ impl Agent {
             approved.caller.clone(),
             &self.inner.config.confirmation,
         );
-        let (by, at) = (approved.by.clone(), approved.at);
         let interrupted = InterruptedRun::from(approved);
-        self.inner.confirmations.remember_interrupted(
-            confirmation,
-            by,
-            at,
-            interrupted.to_string(),
-        );
+        self.inner
+            .confirmations
+            .remember_interrupted(confirmation, &interrupted);
         interrupted
     }
 

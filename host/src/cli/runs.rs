@@ -29,8 +29,7 @@ pub struct RunsArgs {
     config: Option<PathBuf>,
     /// Print one JSON object: runs [{run, requested_by, state, kind, skill,
     /// confirmation, summary, expires_at, approved_by, approved_at,
-    /// returned?}] and
-    /// unreadable [{file, reason}].
+    /// returned?}] and unreadable [{file, reason}].
     #[arg(long)]
     json: bool,
 }

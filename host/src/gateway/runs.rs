@@ -345,13 +345,7 @@ pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
                 interrupted.to_string(),
             );
             // What a client acts on: whether the write ran, and its result.
-            let approval = json!({
-                "tool": interrupted.tool,
-                "confirmation": interrupted.confirmation,
-                "approved_by": interrupted.approved_by,
-                "approved_at": httpdate::fmt_http_date(interrupted.approved_at),
-                "returned": interrupted.returned,
-            });
+            let approval = json!(interrupted);
             let owner = interrupted.requested_by.as_deref();
             state
                 .ledger
