@@ -7,14 +7,20 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
+use tokio::sync::broadcast;
 
+use skillhost::embed::SkillHost;
+use skillhost::skills::pack::{DeclarativeSkill, Format};
+use skillhost::skills::{FailureKind, ReloadEvent, ReloadOutcome};
 use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
 use skillhost::tools::{Access, ToolCaller, ToolContext, ToolError, ToolRegistry};
 
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
+use crate::support::signing::{demo_policy, signed};
 
 fn declared(url: &str) -> McpServerConfig {
     McpServerConfig {
@@ -312,6 +318,7 @@ async fn a_server_started_as_a_command_is_spoken_to_on_its_standard_streams() {
             ("deaf", Access::Write),
             ("environment", Access::Read),
             ("lookupCustomer", Access::Read),
+            ("offer", Access::Write),
             ("slow", Access::Write),
         ]
     );
@@ -415,10 +422,10 @@ async fn a_call_the_server_does_not_answer_in_time_fails_and_is_cancelled() {
             .iter()
             .any(|(_, what)| what == "notifications/cancelled")
         {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(20), cancelled)
+    tokio::time::timeout(Duration::from_secs(20), cancelled)
         .await
         .expect("the server was not told the call is cancelled");
 }
@@ -523,4 +530,175 @@ async fn a_command_that_cannot_start_or_ends_at_once_stops_the_start_saying_why(
         message,
         "MCP server `crm`: give the server's url, or the command that starts it"
     );
+}
+
+/// The skills directory of a host following an MCP server: one packed,
+/// signed instruction-only skill per `(name, tool it calls)`.
+fn skills_calling(tools: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, tool) in tools {
+        let yaml = format!(
+            "name: {name}\nversion: 1.0.0\ndescription: Calls {tool}.\ntools: [{tool}]\n\
+             parameters: {{type: object}}\ninstructions: Call {tool}.\n"
+        );
+        let skill = DeclarativeSkill::parse(&yaml, Format::Yaml, Path::new("skill.yaml")).unwrap();
+        let bytes = signed(&skill.to_component().unwrap());
+        std::fs::write(dir.path().join(format!("{name}.wasm")), bytes).unwrap();
+    }
+    dir
+}
+
+/// The next change to the file `path` that `reloads` report.
+async fn change_of(reloads: &mut broadcast::Receiver<ReloadEvent>, path: &Path) -> ReloadEvent {
+    let next = async {
+        loop {
+            let event = reloads.recv().await.unwrap();
+            if event.path == path {
+                return event;
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), next)
+        .await
+        .expect("the change within 10 s")
+}
+
+#[tokio::test]
+async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("received");
+    let skills = skills_calling(&[
+        ("orderDesk", "lookupOrder"),
+        ("customerDesk", "lookupCustomer"),
+    ]);
+    let (order_desk, customer_desk) = (
+        skills.path().join("orderDesk.wasm"),
+        skills.path().join("customerDesk.wasm"),
+    );
+    let server = McpServerConfig {
+        env: BTreeMap::new(),
+        ..started(&log)
+    };
+    let host = SkillHost::builder(skills.path(), demo_policy())
+        .mcp_server(server)
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let at_start = host.snapshot();
+    assert!(at_start.get("customerDesk").is_some());
+    let refused = at_start
+        .failure_for(&order_desk)
+        .expect("orderDesk refused");
+    assert_eq!(refused.kind, FailureKind::Manifest);
+    assert!(
+        refused
+            .reason
+            .contains("`lookupOrder`, which is not a registered tool"),
+        "{}",
+        refused.reason
+    );
+
+    // The server adds lookupOrder and says so: the skill naming it loads,
+    // without a restart.
+    let mut reloads = host.skills().subscribe();
+    let offer = |tool: &str, offered: bool| {
+        let tools = host.tools();
+        let arguments = json!({"tool": tool, "offered": offered});
+        async move { tools.call("offer", arguments).await.unwrap() }
+    };
+    offer("lookupOrder", true).await;
+    let loaded = change_of(&mut reloads, &order_desk).await;
+    assert_eq!(loaded.outcome, ReloadOutcome::Loaded);
+    assert_eq!(loaded.new.unwrap().name.as_str(), "orderDesk");
+    assert_eq!(
+        host.tools()
+            .call("lookupOrder", json!({"id": "A1"}))
+            .await
+            .unwrap(),
+        json!({"tool": "lookupOrder", "id": "A1"})
+    );
+    // A run holds the snapshot it started on: its tools did not change.
+    assert!(!at_start.tools().contains("lookupOrder"));
+    assert!(at_start.get("orderDesk").is_none());
+
+    // The server takes lookupCustomer away: the skill calling it goes,
+    // saying why, and its file waits for the tool.
+    offer("lookupCustomer", false).await;
+    let unloaded = change_of(&mut reloads, &customer_desk).await;
+    let ReloadOutcome::Unresolved { reason } = &unloaded.outcome else {
+        panic!("not unresolved: {unloaded:?}");
+    };
+    assert!(
+        reason.contains("`lookupCustomer`, which is not a registered tool"),
+        "{reason}"
+    );
+    assert_eq!(unloaded.old.unwrap().name.as_str(), "customerDesk");
+    let snapshot = host.snapshot();
+    assert!(snapshot.get("customerDesk").is_none());
+    assert!(!snapshot.tools().contains("lookupCustomer"));
+    assert_eq!(
+        snapshot
+            .failure_for(&customer_desk)
+            .map(|failure| failure.kind),
+        Some(FailureKind::Manifest)
+    );
+    assert!(at_start.get("customerDesk").is_some());
+
+    // And back: the file loads again.
+    offer("lookupCustomer", true).await;
+    let back = change_of(&mut reloads, &customer_desk).await;
+    assert_eq!(back.outcome, ReloadOutcome::Loaded);
+    assert!(host.snapshot().failure_for(&customer_desk).is_none());
+    // One session throughout: the host listed the tools again, in it.
+    let received = logged(&log);
+    assert!(received.iter().all(|(pid, _)| *pid == received[0].0));
+    let listings = received
+        .iter()
+        .filter(|(_, what)| what == "tools/list")
+        .count();
+    assert_eq!(listings, 4, "{received:?}");
+}
+
+#[tokio::test]
+async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restarted() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let skills = skills_calling(&[("reportDesk", "customerReport")]);
+    let report_desk = skills.path().join("reportDesk.wasm");
+    let host = SkillHost::builder(skills.path(), demo_policy())
+        .mcp_server(declared(&url))
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    assert!(host.snapshot().get("reportDesk").is_some());
+
+    // Deployed without customerReport: at the operator's word (SIGHUP in
+    // `serve`), the host lists the tools again and the skill goes.
+    server.offer("customerReport", false);
+    let events = host.relist_mcp_tools().await;
+    let [unloaded] = events.as_slice() else {
+        panic!("one change: {events:?}");
+    };
+    assert_eq!(unloaded.path, report_desk);
+    assert!(matches!(unloaded.outcome, ReloadOutcome::Unresolved { .. }));
+    assert!(!host.tools().contains("customerReport"));
+    assert!(host.tools().contains("lookupCustomer"));
+    // Listed again with nothing changed: nothing to do.
+    assert!(host.relist_mcp_tools().await.is_empty());
+
+    // Restarted with it: the next call opens a new session, and the host
+    // lists the tools of the new server on its own.
+    server.offer("customerReport", true);
+    server.forget_sessions();
+    let mut reloads = host.skills().subscribe();
+    let arguments = json!({"id": "u1001"});
+    host.tools()
+        .call("lookupCustomer", arguments)
+        .await
+        .unwrap();
+    let loaded = change_of(&mut reloads, &report_desk).await;
+    assert_eq!(loaded.outcome, ReloadOutcome::Loaded);
+    assert!(host.tools().contains("customerReport"));
 }

@@ -44,6 +44,8 @@ struct Inner {
     opened: usize,
     /// The protocol revision `initialize` answers with.
     protocol: Option<String>,
+    /// Tools `tools/list` leaves out, as if the server no longer had them.
+    withdrawn: BTreeSet<String>,
 }
 
 /// One message the server got.
@@ -73,6 +75,17 @@ impl McpServer {
     pub fn speaking(self, protocol: &str) -> Self {
         self.inner.lock().unwrap().protocol = Some(protocol.to_owned());
         self
+    }
+
+    /// Lists `tool` no more (`false`), or again (`true`), as a server
+    /// deployed with other tools does.
+    pub fn offer(&self, tool: &str, offered: bool) {
+        let withdrawn = &mut self.inner.lock().unwrap().withdrawn;
+        if offered {
+            withdrawn.remove(tool);
+        } else {
+            withdrawn.insert(tool.to_owned());
+        }
     }
 
     /// Forgets every session, as a restarted server does.
@@ -169,11 +182,14 @@ async fn message(State(server): State<McpServer>, headers: HeaderMap, body: Stri
         "notifications/initialized" => StatusCode::ACCEPTED.into_response(),
         "tools/list" => {
             let [first, second] = tool_pages();
-            let page = if message["params"]["cursor"] == "page-2" {
+            let mut page = if message["params"]["cursor"] == "page-2" {
                 second
             } else {
                 first
             };
+            let offered = |tool: &Value| !inner.withdrawn.contains(tool["name"].as_str().unwrap());
+            let tools = page["tools"].as_array_mut().unwrap();
+            tools.retain(offered);
             axum::Json(answer(page)).into_response()
         }
         "tools/call" => {

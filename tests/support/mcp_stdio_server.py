@@ -33,7 +33,19 @@ TOOLS = [
     {"name": "crash", "description": "Ends the server.", "inputSchema": {"type": "object"}},
     {"name": "slow", "description": "Never answers in time.", "inputSchema": {"type": "object"}},
     {"name": "deaf", "description": "Stops reading its input.", "inputSchema": {"type": "object"}},
+    {
+        "name": "offer",
+        "description": "Adds the tool `tool` (a copy of lookupCustomer under that name) or, with"
+        " `offered` false, takes a tool away, and says that the tools changed.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"tool": {"type": "string"}, "offered": {"type": "boolean"}},
+            "required": ["tool", "offered"],
+        },
+    },
 ]
+
+LOOKUP = TOOLS[0]
 
 
 def send(message):
@@ -70,10 +82,20 @@ def call(request):
         sys.stderr.write("crash: giving up\n")
         sys.stderr.flush()
         os._exit(3)
+    elif name == "offer":
+        tool = arguments["tool"]
+        TOOLS[:] = [listed for listed in TOOLS if listed["name"] != tool]
+        if arguments["offered"]:
+            TOOLS.append(dict(LOOKUP, name=tool))
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        result(request, {"content": [{"type": "text", "text": "done"}]})
     elif name == "slow":
         time.sleep(3)
     elif name == "deaf":
         time.sleep(60)
+    else:
+        # A tool `offer` added.
+        result(request, {"content": [{"type": "text", "text": json.dumps({"tool": name, **arguments})}]})
 
 
 def main():

@@ -29,7 +29,7 @@ use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::skills::{Manifest, SkillName, SkillSnapshot};
-use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError};
+use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError, ToolRegistry};
 
 /// LLM calls and tokens of one run, sub-agents included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -636,11 +636,17 @@ impl RunContext {
         result
     }
 
+    /// The tools the run calls: those of the snapshot it started on,
+    /// unless the agent runs every call on its own.
+    fn tools(&self) -> &ToolRegistry {
+        self.agent.tools_of(&self.snapshot)
+    }
+
     /// Whether a call of `tool` with `arguments` would wait for a person:
     /// the tool exists, the arguments are valid (nobody is asked to approve
     /// a call that cannot run) and the policy asks.
     pub(super) fn waits_for_approval(&self, tool: &str, arguments: &Value) -> bool {
-        self.agent.tools.get(tool).is_some_and(|registered| {
+        self.tools().get(tool).is_some_and(|registered| {
             self.agent.config.confirmation.requires(registered.spec())
                 && registered.validate(arguments).is_ok()
         })
@@ -648,8 +654,7 @@ impl RunContext {
 
     /// Whether any call of `tool` may wait for a person.
     pub(super) fn may_wait_for_approval(&self, tool: &str) -> bool {
-        self.agent
-            .tools
+        self.tools()
             .get(tool)
             .is_some_and(|registered| self.agent.config.confirmation.requires(registered.spec()))
     }
@@ -664,8 +669,7 @@ impl RunContext {
         span: &mut ToolCallSpan<'_>,
     ) -> Result<Value, CallError> {
         let registered = self
-            .agent
-            .tools
+            .tools()
             .get(tool)
             .ok_or_else(|| ToolError::UnknownTool(tool.to_owned()))?;
         span.resolved(registered.spec(), &arguments);

@@ -100,7 +100,9 @@ impl AgentError {
 pub(super) struct AgentInner {
     pub(super) llm: Option<LlmClient>,
     pub(super) skills: Arc<SkillRegistry>,
-    pub(super) tools: Arc<ToolRegistry>,
+    /// The tools every call runs on ([`AgentBuilder::tools`]); `None`: those
+    /// of the snapshot the run started on.
+    tools: Option<Arc<ToolRegistry>>,
     pub(super) config: AgentConfig,
     pub(super) confirmations: Confirmations,
     pub(super) observer: Option<RunObserver>,
@@ -111,6 +113,11 @@ pub(super) struct AgentInner {
 }
 
 impl AgentInner {
+    /// The tools a run over `snapshot` calls.
+    pub(super) fn tools_of<'a>(&'a self, snapshot: &'a SkillSnapshot) -> &'a Arc<ToolRegistry> {
+        self.tools.as_ref().unwrap_or(snapshot.tools())
+    }
+
     /// The catalog of `snapshot`, built once per snapshot.
     pub(super) fn catalog_for(&self, snapshot: &Arc<SkillSnapshot>) -> Arc<Catalog> {
         let mut cached = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
@@ -119,7 +126,8 @@ impl AgentInner {
         {
             return catalog.clone();
         }
-        let catalog = Arc::new(Catalog::new(&self.tools, snapshot, &self.config.disclosure));
+        let tools = self.tools_of(snapshot);
+        let catalog = Arc::new(Catalog::new(tools, snapshot, &self.config.disclosure));
         *cached = Some((snapshot.clone(), catalog.clone()));
         catalog
     }
@@ -169,10 +177,11 @@ impl AgentBuilder {
     }
 
     /// Executes every tool call on `tools` instead of the registry's
-    /// ([`SkillRegistry::tools`]): the same tools over other state, e.g. the
-    /// demo tools on a scratch database for a test run. Skills were resolved
-    /// against the registry's tools; a declared tool missing from `tools` is
-    /// refused as unknown when called, never run anywhere else.
+    /// ([`SkillRegistry::tools`], which may change): the same tools over
+    /// other state, e.g. the demo tools on a scratch database for a test
+    /// run. Skills were resolved against the registry's tools; a declared
+    /// tool missing from `tools` is refused as unknown when called, never
+    /// run anywhere else.
     pub fn tools(mut self, tools: Arc<ToolRegistry>) -> Self {
         self.tools = Some(tools);
         self
@@ -205,7 +214,7 @@ impl AgentBuilder {
     /// The agent; an error when its confirmation policy names a tool that
     /// is not registered.
     pub fn build(self) -> Result<Agent, UnknownPolicyTool> {
-        let tools = self.tools.unwrap_or_else(|| self.skills.tools().clone());
+        let tools = self.tools.clone().unwrap_or_else(|| self.skills.tools());
         self.config.confirmation.check(&tools)?;
         for name in &self.config.disclosure.keep_public {
             if !tools.contains(name) {
@@ -215,7 +224,7 @@ impl AgentBuilder {
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 llm: self.llm,
-                tools,
+                tools: self.tools,
                 skills: self.skills,
                 config: self.config,
                 confirmations: self.confirmations,
@@ -229,8 +238,9 @@ impl AgentBuilder {
 
 impl Agent {
     /// An agent over `skills` and, unless [`AgentBuilder::tools`] says
-    /// otherwise, the tools they were resolved against
-    /// ([`SkillRegistry::tools`]), so skills and tools always agree.
+    /// otherwise, the tools they were resolved against: a run takes both
+    /// from the snapshot it starts on ([`SkillSnapshot::tools`]), so skills
+    /// and tools always agree.
     pub fn builder(skills: Arc<SkillRegistry>) -> AgentBuilder {
         AgentBuilder {
             skills,

@@ -1,9 +1,11 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the trust store (a key added, rotated
-//! or revoked) with the config file's key scopes, the skills directory (for changes hot reload did not
-//! report, or a host running without it), and then what the command reads
-//! besides (serve: its API keys file).
+//! or revoked) with the config file's key scopes, the tools of the MCP
+//! servers (those reached at a url cannot say that theirs changed), the
+//! skills directory (for changes hot reload did not report, or a host
+//! running without it), and then what the command reads besides (serve:
+//! its API keys file).
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
@@ -12,8 +14,9 @@ use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// Listens for SIGHUP from now on; each one reads the trust store and the
-/// key scopes again (`trust`; `None` under `--allow-unsigned`), rescans the skills
-/// directory, then calls `also`.
+/// key scopes again (`trust`; `None` under `--allow-unsigned`), lists the
+/// MCP servers' tools again, rescans the skills directory, then calls
+/// `also`.
 pub(super) fn reload_on_hangup(
     host: SkillHost,
     trust: Option<Trust>,
@@ -26,11 +29,24 @@ pub(super) fn reload_on_hangup(
             if let Some(trust) = &trust {
                 trust.reload_with_scopes().await;
             }
+            relist_mcp_tools(&host).await;
             rescan_skills(&host).await;
             also();
         }
     });
     Ok(())
+}
+
+/// Lists the MCP servers' tools again and says what came of it for the
+/// skills; each server's change (or why it could not be listed) is logged.
+async fn relist_mcp_tools(host: &SkillHost) {
+    let events = host.relist_mcp_tools().await;
+    if !events.is_empty() {
+        console::say(&format!(
+            "MCP servers' tools listed again: {} skill file(s) changed with them",
+            events.len()
+        ));
+    }
 }
 
 /// Rescans the skills directory and says what came of it; the files it

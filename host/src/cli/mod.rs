@@ -352,12 +352,14 @@ impl HostSettings {
         runs_dir: Option<&Path>,
     ) -> anyhow::Result<Started> {
         let env = |name: &str| std::env::var(name).ok();
-        let mcp_tools = file.mcp_tools().await?;
         let db = Arc::new(DemoDb::open(&args.db)?);
         let http_tools = self.http_tools;
         let mut host = SkillHost::builder(self.skills_dir, self.policy);
         if let Some(dir) = runs_dir {
             host = host.keep_runs(dir);
+        }
+        for server in &file.mcp_servers {
+            host = host.mcp_server(server.clone());
         }
         let host = host
             .runtime_config(self.runtime)
@@ -365,7 +367,6 @@ impl HostSettings {
             .register_tools(|tools| {
                 http_tools
                     .into_iter()
-                    .chain(mcp_tools)
                     .try_for_each(|tool| tools.register(tool))
             })
             .agent_config(self.agent)

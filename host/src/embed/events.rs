@@ -20,7 +20,6 @@ use crate::agent::{
 };
 use crate::skills::signature::{Fingerprint, SignaturePolicy};
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
-use crate::tools::ToolRegistry;
 
 /// Events kept for a subscriber that falls behind. Default: 1024 — a few
 /// seconds of a busy gateway's invocations.
@@ -129,18 +128,18 @@ pub struct Invocation {
 pub(super) struct Observers {
     pub(super) metrics: HostMetrics,
     events: broadcast::Sender<HostEvent>,
-    /// To tell a model's invented function names from real ones.
-    tools: Arc<ToolRegistry>,
+    /// Its tools tell a model's invented function names from real ones.
+    skills: Arc<SkillRegistry>,
 }
 
 impl Observers {
-    /// Observers of a host whose gauges read `live`.
-    pub(super) fn new(tools: Arc<ToolRegistry>, live: Live) -> Self {
+    /// Observers of a host over `skills` whose gauges read `live`.
+    pub(super) fn new(skills: Arc<SkillRegistry>, live: Live) -> Self {
         let metrics = HostMetrics::observing(live);
         Self {
             metrics,
             events: broadcast::channel(EVENT_BUFFER).0,
-            tools,
+            skills,
         }
     }
 
@@ -258,8 +257,8 @@ impl RunTracking {
                 });
             }
             AgentEvent::ToolCalled { tool, outcome, .. } => {
-                let known =
-                    observers.tools.contains(tool) || tool == crate::agent::catalog::LOAD_SKILL;
+                let known = observers.skills.tools().contains(tool)
+                    || tool == crate::agent::catalog::LOAD_SKILL;
                 observers
                     .metrics
                     .tool_call(if known { tool } else { "unknown" }, outcome);

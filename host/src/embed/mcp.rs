@@ -66,14 +66,14 @@ fn initialize_result(params: &Value, list_changed: bool) -> Value {
 
 /// The result of `tools/list`: every loaded skill, in one page.
 fn tools_list(host: &SkillHost) -> Value {
-    let registered = host.tools();
+    let snapshot = host.snapshot();
     let reads = |name: &String| {
-        registered
+        snapshot
+            .tools()
             .get(name)
             .is_some_and(|tool| tool.spec().access == Access::Read)
     };
-    let tools: Vec<Value> = host
-        .snapshot()
+    let tools: Vec<Value> = snapshot
         .skills()
         .map(|skill| {
             let manifest = skill.component.manifest();

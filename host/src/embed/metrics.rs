@@ -15,7 +15,7 @@
 //! | `skillhost_llm_calls_total` | `caller` (`main`, `skill`) | LLM calls that returned |
 //! | `skillhost_llm_tokens_total` | `type` (`prompt`, `completion`) | tokens the LLM server counted |
 //! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`, `withdrawn`) | confirmations opened (`pending`) and how each ended: `pending` minus the others is how many wait now |
-//! | `skillhost_reloads_total` | `outcome` (`loaded`, `restored`, `unloaded`, `rejected`, `untrusted`) | changes to the skills directory, and skills a new trust store no longer accepts |
+//! | `skillhost_reloads_total` | `outcome` (`loaded`, `restored`, `unloaded`, `rejected`, `untrusted`, `unresolved`) | changes to the skills directory, skills a new trust store no longer accepts, and skills whose tools went |
 //! | `skillhost_skills_loaded` | | skills serving now |
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
 //! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
@@ -433,6 +433,7 @@ impl HostMetrics {
             ReloadOutcome::Unloaded => "unloaded",
             ReloadOutcome::Rejected { .. } => "rejected",
             ReloadOutcome::Untrusted { .. } => "untrusted",
+            ReloadOutcome::Unresolved { .. } => "unresolved",
         };
         self.families
             .reloads

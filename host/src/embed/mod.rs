@@ -48,6 +48,7 @@
 
 mod events;
 pub mod mcp;
+mod mcp_servers;
 pub mod metrics;
 
 use std::path::{Path, PathBuf};
@@ -75,8 +76,10 @@ use crate::skills::{
     LoadProgress, ReloadEvent, SkillName, SkillRegistry, SkillSnapshot, WatchHandle,
 };
 use crate::tools::demo::{self, DemoDb};
+use crate::tools::mcp::{McpConnection, McpError, McpServerConfig};
 use crate::tools::{RegisterError, ToolRegistry};
 use events::Observers;
+use mcp_servers::McpServers;
 
 /// Why a host could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +107,9 @@ pub enum BuildError {
     /// The directory to keep waiting runs in cannot be used.
     #[error(transparent)]
     KeptRuns(#[from] RunStoreError),
+    /// An MCP server could not be reached, started or listed.
+    #[error(transparent)]
+    Mcp(#[from] McpError),
 }
 
 /// Why a host has no LLM, phrased as how to configure one.
@@ -136,6 +142,7 @@ pub struct SkillHostBuilder {
     hot_reload: bool,
     load_progress: Option<Box<dyn FnMut(LoadProgress) + Send>>,
     kept_runs: Option<PathBuf>,
+    mcp_servers: Vec<McpServerConfig>,
 }
 
 impl SkillHostBuilder {
@@ -156,6 +163,18 @@ impl SkillHostBuilder {
         if let Err(error) = register(&mut self.tools) {
             self.tools_error.get_or_insert(error);
         }
+        self
+    }
+
+    /// Takes tools from the MCP server `server` declares (see
+    /// [`crate::tools::mcp`]), connected as the host is built, `${VAR}`s
+    /// in its headers and environment read from the process environment;
+    /// a server that cannot be reached or listed stops the build, naming
+    /// it. The host follows the server's tools while it runs: when the
+    /// server says they changed (a server started as a command can), when
+    /// it restarted, and at [`SkillHost::relist_mcp_tools`].
+    pub fn mcp_server(mut self, server: McpServerConfig) -> Self {
+        self.mcp_servers.push(server);
         self
     }
 
@@ -273,11 +292,20 @@ impl SkillHostBuilder {
     /// Starts the sandbox, loads the skills directory (in parallel; files
     /// that fail are reported in [`SkillSnapshot::failures`]) and, with hot
     /// reload, starts watching it. Call inside a Tokio runtime.
-    pub async fn build(self) -> Result<SkillHost, BuildError> {
+    pub async fn build(mut self) -> Result<SkillHost, BuildError> {
         if let Some(error) = self.tools_error {
             return Err(error.into());
         }
-        // Before any work: a policy mistake starts nothing.
+        let env = |name: &str| std::env::var(name).ok();
+        let connecting = self
+            .mcp_servers
+            .iter()
+            .map(|server| McpConnection::open(server, env));
+        let connected = futures::future::try_join_all(connecting).await?;
+        for tool in connected.iter().flat_map(|(_, tools)| tools) {
+            self.tools.register(tool.clone())?;
+        }
+        // Before any skill loads: a policy mistake starts nothing.
         self.agent.confirmation.check(&self.tools)?;
         let kept_runs = self.kept_runs.map(RunStore::open).transpose()?;
         let llm = match self.llm {
@@ -309,7 +337,7 @@ impl SkillHostBuilder {
             runtime: skills.runtime().clone(),
             confirmations: confirmations.clone(),
         };
-        let observers = Arc::new(Observers::new(tools, live));
+        let observers = Arc::new(Observers::new(skills.clone(), live));
         observers.metrics.set_skills_loaded(skills.snapshot().len());
         // Subscribed here, before the watcher starts, not in the task (which
         // may first run after the watcher's first events): no change is missed.
@@ -318,6 +346,10 @@ impl SkillHostBuilder {
             skills.clone(),
             observers.clone(),
         )));
+        let mcp = Arc::new(McpServers::new(skills.clone(), connected));
+        let following = (0..mcp.len())
+            .map(|index| AbortOnDrop(tokio::spawn(mcp.clone().follow(index))))
+            .collect();
         let watch = if self.hot_reload {
             Some(crate::skills::watch(skills.clone(), &self.skills_dir)?)
         } else {
@@ -344,8 +376,10 @@ impl SkillHostBuilder {
                 skills_dir: self.skills_dir,
                 llm,
                 observers,
+                mcp,
                 _watch: watch,
                 _reloads: reloads,
+                _following: following,
             }),
         })
     }
@@ -411,8 +445,11 @@ struct Inner {
     skills_dir: PathBuf,
     llm: Result<LlmClient, NoLlm>,
     observers: Arc<Observers>,
+    mcp: Arc<McpServers>,
     _watch: Option<WatchHandle>,
     _reloads: AbortOnDrop,
+    /// A task per MCP server, relisting its tools as they change.
+    _following: Vec<AbortOnDrop>,
 }
 
 impl SkillHost {
@@ -432,6 +469,7 @@ impl SkillHost {
             hot_reload: true,
             load_progress: None,
             kept_runs: None,
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -602,9 +640,31 @@ impl SkillHost {
         PolicyReplaced { trust, reloads }
     }
 
-    /// The tools.
-    pub fn tools(&self) -> &Arc<ToolRegistry> {
+    /// The tools as of now ([`SkillRegistry::tools`]).
+    pub fn tools(&self) -> Arc<ToolRegistry> {
         self.inner.skills.tools()
+    }
+
+    /// Replaces the tools skills and the agent call — the application's own
+    /// tools changed — without a restart ([`SkillRegistry::replace_tools`]):
+    /// a skill that names a tool `tools` lacks is unloaded now, and a file
+    /// refused for such a tool loads once it fits. Runs under way keep the
+    /// tools they started with. Tools the host takes from MCP servers are
+    /// its own to follow: leave them in `tools` as [`SkillHost::tools`]
+    /// has them.
+    pub async fn replace_tools(&self, tools: ToolRegistry) -> Vec<ReloadEvent> {
+        self.inner.skills.replace_tools(tools).await
+    }
+
+    /// Lists the tools of every MCP server the host takes tools from again
+    /// ([`SkillHostBuilder::mcp_server`]), and puts what changed in place
+    /// as [`SkillHost::replace_tools`] does: for servers that cannot say
+    /// that their tools changed (those reached at a url), at an operator's
+    /// word. What it did to the skills reaches subscribers as reload events
+    /// too; a server that cannot be listed keeps its tools, and the log
+    /// says why.
+    pub async fn relist_mcp_tools(&self) -> Vec<ReloadEvent> {
+        self.inner.mcp.relist_all().await
     }
 
     /// The agent, for what this API does not cover.

@@ -141,9 +141,6 @@ impl Manifest {
         tools: &ToolRegistry,
     ) -> Result<(Manifest, jsonschema::Validator), ManifestError> {
         let name = SkillName::new(&raw.name)?;
-        if tools.contains(name.as_str()) {
-            return Err(ManifestError::NameIsATool(raw.name));
-        }
         let version =
             semver::Version::parse(&raw.version).map_err(|e| ManifestError::InvalidVersion {
                 version: raw.version.clone(),
@@ -159,8 +156,8 @@ impl Manifest {
         }
         let validator = jsonschema::validator_for(&parameters)
             .map_err(|e| ManifestError::ParametersNotSchema(e.to_string()))?;
-        check_tool_list("tools", &raw.tools, tools)?;
-        check_tool_list("unlocks", &raw.unlocks, tools)?;
+        check_tool_list("tools", &raw.tools)?;
+        check_tool_list("unlocks", &raw.unlocks)?;
         let test_cases = raw
             .test_cases
             .into_iter()
@@ -176,25 +173,37 @@ impl Manifest {
             has_steps: raw.has_steps,
             test_cases,
         };
+        manifest.check_against(tools)?;
         Ok((manifest, validator))
+    }
+
+    /// Whether the manifest fits `tools`: every tool it calls or unlocks
+    /// is registered, and its name is not a tool's. Checked at load, and
+    /// again when the tools change under a loaded skill.
+    pub fn check_against(&self, tools: &ToolRegistry) -> Result<(), ManifestError> {
+        if tools.contains(self.name.as_str()) {
+            return Err(ManifestError::NameIsATool(self.name.to_string()));
+        }
+        let listed = [("tools", &self.tools), ("unlocks", &self.unlocks)];
+        for (field, names) in listed {
+            if let Some(tool) = names.iter().find(|tool| !tools.contains(tool)) {
+                return Err(ManifestError::UnknownTool {
+                    field,
+                    tool: tool.clone(),
+                });
+            }
+        }
+        Ok(())
     }
 }
 
-fn check_tool_list(
-    field: &'static str,
-    names: &[String],
-    tools: &ToolRegistry,
-) -> Result<(), ManifestError> {
+/// The tool names `field` lists, checked as names: callable, not
+/// `load_skill`, each once.
+fn check_tool_list(field: &'static str, names: &[String]) -> Result<(), ManifestError> {
     let mut seen = BTreeSet::new();
     for tool in names {
         if !is_function_name(tool) || tool == LOAD_SKILL {
             return Err(ManifestError::InvalidToolName {
-                field,
-                tool: tool.clone(),
-            });
-        }
-        if !tools.contains(tool) {
-            return Err(ManifestError::UnknownTool {
                 field,
                 tool: tool.clone(),
             });

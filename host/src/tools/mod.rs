@@ -28,7 +28,7 @@ pub enum Access {
 }
 
 /// What an agent or skill author needs to know about a tool.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,

@@ -39,11 +39,13 @@ impl RegisteredTool {
     }
 }
 
-/// Every tool the host can execute, by name. Built once and then shared
-/// read-only (`Arc<ToolRegistry>`).
-#[derive(Default)]
+/// Every tool the host can execute, by name. Shared read-only
+/// (`Arc<ToolRegistry>`); a change of tools is a new registry, cloned
+/// cheaply from the old one, put in place whole
+/// ([`SkillRegistry::replace_tools`](crate::skills::SkillRegistry::replace_tools)).
+#[derive(Default, Clone)]
 pub struct ToolRegistry {
-    tools: BTreeMap<String, RegisteredTool>,
+    tools: BTreeMap<String, Arc<RegisteredTool>>,
 }
 
 /// Why a tool could not be registered.
@@ -85,13 +87,19 @@ impl ToolRegistry {
                 message: error.to_string(),
             }
         })?;
+        let name = spec.name.clone();
         self.tools
-            .insert(spec.name.clone(), RegisteredTool { tool, validator });
+            .insert(name, Arc::new(RegisteredTool { tool, validator }));
         Ok(())
     }
 
+    /// Takes the tool `name` out; whether it was registered.
+    pub fn remove(&mut self, name: &str) -> bool {
+        self.tools.remove(name).is_some()
+    }
+
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
-        self.tools.get(name)
+        self.tools.get(name).map(Arc::as_ref)
     }
 
     pub fn contains(&self, name: &str) -> bool {
@@ -99,7 +107,7 @@ impl ToolRegistry {
     }
 
     pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.tools.values().map(RegisteredTool::spec)
+        self.tools.values().map(|tool| tool.spec())
     }
 
     /// Looks up, validates and runs a tool for the embedding code itself

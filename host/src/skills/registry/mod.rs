@@ -55,6 +55,7 @@ use crate::runtime::{LoadError, Runtime, SkillComponent, compile, digest_of};
 use crate::text::{self, OUTSIDE_TEXT_BYTES};
 use crate::tools::ToolRegistry;
 
+mod tools;
 mod trust;
 
 /// A skill as loaded from a file.
@@ -321,9 +322,13 @@ impl FileError {
     }
 }
 
-/// One consistent view of the loaded skills.
+/// One consistent view of the loaded skills, and of the tools they were
+/// checked against.
 #[derive(Default, Clone)]
 pub struct SkillSnapshot {
+    /// Every tool the skills may call or unlock is one of these; replaced
+    /// whole by [`SkillRegistry::replace_tools`].
+    tools: Arc<ToolRegistry>,
     skills: BTreeMap<SkillName, LoadedSkill>,
     /// Which skill each file provides.
     by_path: BTreeMap<PathBuf, SkillName>,
@@ -331,6 +336,12 @@ pub struct SkillSnapshot {
 }
 
 impl SkillSnapshot {
+    /// The tools the skills were checked against: a run takes its tools
+    /// from the snapshot it started on, as it takes its skills.
+    pub fn tools(&self) -> &Arc<ToolRegistry> {
+        &self.tools
+    }
+
     /// The loaded skill called `name`.
     pub fn get(&self, name: &str) -> Option<&LoadedSkill> {
         self.skills.get(name)
@@ -447,8 +458,8 @@ impl SkillSnapshot {
 
     /// Gives each name `before` held and this snapshot no longer holds to
     /// the first file (still there) whose content was refused only for
-    /// that name, and whose signer `policy` trusts, in the same swap that
-    /// frees it; returns their events.
+    /// that name, whose signer `policy` trusts and whose manifest fits the
+    /// tools, in the same swap that frees it; returns their events.
     fn take_over_freed_names(
         &mut self,
         before: &SkillSnapshot,
@@ -466,9 +477,10 @@ impl SkillSnapshot {
                     .find_map(|path| {
                         let contender = self.failures.get(path)?.contender.as_ref()?;
                         let Contender(skill) = contender;
-                        let admitted =
-                            policy.check_skill(skill.signer.as_ref(), skill.component.manifest());
-                        admitted.is_ok().then(|| contender.clone())
+                        let manifest = skill.component.manifest();
+                        let admitted = policy.check_skill(skill.signer.as_ref(), manifest);
+                        let fits = manifest.check_against(&self.tools);
+                        (admitted.is_ok() && fits.is_ok()).then(|| contender.clone())
                     })
             })
         {
@@ -493,6 +505,23 @@ impl SkillSnapshot {
     fn remove(&mut self, path: &Path) -> Option<LoadedSkill> {
         let name = self.by_path.remove(path)?;
         self.skills.remove(&name)
+    }
+
+    /// Unloads the skill serving from `path`, its content refused now as
+    /// `failure`; returns its version. The refusal becomes the file's
+    /// failure, unless the file holds other content that already has one.
+    fn withdraw(&mut self, path: &Path, failure: LoadFailure) -> Option<SkillVersion> {
+        let old = self
+            .remove(path)
+            .map(|skill| SkillVersion::of(&skill.component));
+        let holds_other_refused_content = self
+            .failures
+            .get(path)
+            .is_some_and(|held| held.digest != failure.digest);
+        if !holds_other_refused_content {
+            self.fail(failure);
+        }
+        old
     }
 
     fn fail(&mut self, failure: LoadFailure) {
@@ -566,6 +595,15 @@ pub enum ReloadOutcome {
         /// Why, in words.
         reason: String,
     },
+    /// The tools were replaced ([`SkillRegistry::replace_tools`]) and the
+    /// version serving, `old`, no longer fits them: a tool it calls or
+    /// unlocks is gone (an MCP server stopped listing it), or a tool now
+    /// has its name. The skill is unloaded, though its file stays; it loads
+    /// again when the tools fit it once more.
+    Unresolved {
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// A path as text, bytes that are not UTF-8 replaced: serde refuses such a
@@ -622,7 +660,6 @@ const EVENT_BUFFER: usize = 256;
 /// link and manifest checks.
 struct Loader {
     runtime: Runtime,
-    tools: Arc<ToolRegistry>,
     /// Replaced whole by [`SkillRegistry::replace_policy`].
     policy: ArcSwap<SignaturePolicy>,
     /// [`LOADING_BUDGET_BYTES`] in [`BUDGET_UNIT_BYTES`].
@@ -658,10 +695,12 @@ impl Loader {
         self.policy.load_full()
     }
 
-    /// Loads `file`, its signature checked against `policy`.
+    /// Loads `file`, its signature checked against `policy` and its
+    /// manifest against `tools`.
     async fn load(
         &self,
         policy: &Arc<SignaturePolicy>,
+        tools: &ToolRegistry,
         path: &Path,
         file: SkillFile,
     ) -> Result<LoadedSkill, FileError> {
@@ -670,8 +709,7 @@ impl Loader {
         let (bytes, signer) = verify(policy.clone(), path, file.bytes).await?;
         let component = compile(&self.runtime, bytes).await?;
         let component =
-            SkillComponent::from_component(&self.runtime, &component, file.digest, &self.tools)
-                .await?;
+            SkillComponent::from_component(&self.runtime, &component, file.digest, tools).await?;
         policy
             .check_skill(signer.as_ref(), component.manifest())
             .map_err(FileError::NotAdmitted)?;
@@ -682,11 +720,15 @@ impl Loader {
         })
     }
 
-    async fn load_file(&self, path: &Path) -> Result<LoadedSkill, LoadFailure> {
+    async fn load_file(
+        &self,
+        path: &Path,
+        tools: &ToolRegistry,
+    ) -> Result<LoadedSkill, LoadFailure> {
         let (file, _share) = self.read(path).await;
         let file = file.map_err(|error| error.into_failure(path, None))?;
         let digest = file.digest.clone();
-        self.load(&self.policy(), path, file)
+        self.load(&self.policy(), tools, path, file)
             .await
             .map_err(|error| error.into_failure(path, Some(digest)))
     }
@@ -778,8 +820,9 @@ pub struct SkillRegistry {
     current: ArcSwap<SkillSnapshot>,
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
-    /// Serializes [`SkillRegistry::replace_policy`] calls.
-    replacing_policy: Mutex<()>,
+    /// Serializes [`SkillRegistry::replace_policy`] and
+    /// [`SkillRegistry::replace_tools`] calls.
+    replacing: Mutex<()>,
     syncing: FileLocks,
     events: broadcast::Sender<ReloadEvent>,
 }
@@ -790,13 +833,15 @@ impl SkillRegistry {
         Self {
             loader: Loader {
                 runtime,
-                tools,
                 policy: ArcSwap::from_pointee(policy),
                 budget: Arc::new(Semaphore::new(budget_units(LOADING_BUDGET_BYTES) as usize)),
             },
-            current: ArcSwap::from_pointee(SkillSnapshot::default()),
+            current: ArcSwap::from_pointee(SkillSnapshot {
+                tools,
+                ..SkillSnapshot::default()
+            }),
             writer: Mutex::new(()),
-            replacing_policy: Mutex::new(()),
+            replacing: Mutex::new(()),
             syncing: FileLocks::default(),
             events: broadcast::channel(EVENT_BUFFER).0,
         }
@@ -837,10 +882,12 @@ impl SkillRegistry {
         };
         progress(seen);
         let loader = &registry.loader;
+        let tools = registry.tools();
+        let tools = &tools;
         let parallel = std::thread::available_parallelism().map_or(1, NonZero::get);
         let mut loaded: Vec<_> = futures::stream::iter(paths)
             .map(|path| async move {
-                let result = loader.load_file(&path).await;
+                let result = loader.load_file(&path, tools).await;
                 (path, result)
             })
             .buffer_unordered(parallel)
@@ -852,7 +899,7 @@ impl SkillRegistry {
             .await;
         // Sorted so that which of two same-named files wins is stable.
         loaded.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut snapshot = SkillSnapshot::default();
+        let mut snapshot = SkillSnapshot::clone(&registry.snapshot());
         for (path, result) in loaded {
             let installed = result.and_then(|skill| {
                 let digest = skill.component.digest().to_owned();
@@ -891,9 +938,9 @@ impl SkillRegistry {
         self.loader.policy()
     }
 
-    /// The tools skills may call.
-    pub fn tools(&self) -> &Arc<ToolRegistry> {
-        &self.loader.tools
+    /// The tools skills may call now ([`SkillSnapshot::tools`]).
+    pub fn tools(&self) -> Arc<ToolRegistry> {
+        self.current.load().tools.clone()
     }
 
     /// Every change from now on, as it happens.
@@ -991,20 +1038,23 @@ impl SkillRegistry {
     }
 
     /// Loads `file`, the content of `path`, and installs or refuses it;
-    /// `None` when the signature policy was replaced meanwhile, so that the
-    /// content must be checked again under the new one. Verifying and
-    /// compiling run outside the writer lock: a slow compile must not hold
-    /// up changes to other files.
+    /// `None` when the signature policy or the tools were replaced
+    /// meanwhile, so that the content must be checked again under the new
+    /// ones. Verifying and compiling run outside the writer lock: a slow
+    /// compile must not hold up changes to other files.
     async fn load_content(
         &self,
         path: &Path,
         file: SkillFile,
     ) -> Option<(ReloadEvent, Vec<PathBuf>)> {
         let policy = self.loader.policy();
+        let tools = self.tools();
         let digest = file.digest.clone();
-        let loaded = self.loader.load(&policy, path, file).await;
+        let loaded = self.loader.load(&policy, &tools, path, file).await;
         let writer = self.writer.lock().await;
-        if !Arc::ptr_eq(&policy, &self.loader.policy.load()) {
+        if !Arc::ptr_eq(&policy, &self.loader.policy.load())
+            || !Arc::ptr_eq(&tools, &self.current.load().tools)
+        {
             return None;
         }
         Some(match loaded {
@@ -1174,6 +1224,9 @@ impl SkillRegistry {
             }
             ReloadOutcome::Untrusted { reason } => {
                 tracing::warn!(path = %event.path.display(), %reason, old = logged(event.old.as_ref()), "skill unloaded: the signature policy no longer accepts it")
+            }
+            ReloadOutcome::Unresolved { reason } => {
+                tracing::warn!(path = %event.path.display(), %reason, old = logged(event.old.as_ref()), "skill unloaded: it no longer fits the tools")
             }
             outcome => {
                 tracing::info!(path = %event.path.display(), ?outcome, old = logged(event.old.as_ref()), new = logged(event.new.as_ref()), "skills reloaded")

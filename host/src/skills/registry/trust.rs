@@ -8,7 +8,7 @@ use tokio::sync::MutexGuard;
 
 use super::{
     Contender, FailureKind, FileError, LoadFailure, ReloadEvent, ReloadOutcome, SkillFile,
-    SkillRegistry, SkillSnapshot, SkillVersion, verify,
+    SkillRegistry, SkillSnapshot, verify,
 };
 use crate::skills::signature::{Fingerprint, SignaturePolicy};
 
@@ -34,7 +34,7 @@ impl SkillRegistry {
     /// what those changes set off elsewhere (a freed name taken over) is
     /// broadcast only.
     pub async fn replace_policy(&self, policy: SignaturePolicy) -> Vec<ReloadEvent> {
-        let _replacing = self.replacing_policy.lock().await;
+        let _replacing = self.replacing.lock().await;
         {
             let _writer = self.writer.lock().await;
             self.loader.policy.store(Arc::new(policy));
@@ -162,25 +162,16 @@ impl SkillRegistry {
         digest: String,
     ) -> (ReloadEvent, Vec<PathBuf>) {
         let mut next = SkillSnapshot::clone(&self.current.load());
-        let old = next
-            .remove(path)
-            .map(|skill| SkillVersion::of(&skill.component));
         let failure = error.into_failure(path, Some(digest));
+        let outcome = ReloadOutcome::Untrusted {
+            reason: failure.reason.clone(),
+        };
         let event = ReloadEvent {
             path: path.to_owned(),
-            old,
+            old: next.withdraw(path, failure),
             new: None,
-            outcome: ReloadOutcome::Untrusted {
-                reason: failure.reason.clone(),
-            },
+            outcome,
         };
-        let holds_other_refused_content = next
-            .failures
-            .get(path)
-            .is_some_and(|held| held.digest != failure.digest);
-        if !holds_other_refused_content {
-            next.fail(failure);
-        }
         let waiting = self.commit(writer, next, std::slice::from_ref(&event));
         (event, waiting)
     }

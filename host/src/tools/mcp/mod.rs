@@ -28,6 +28,14 @@
 //! server: a misspelt name would otherwise leave a tool missing, or a read
 //! asking for approval.
 //!
+//! A server's tools may change while the host runs. An [`McpConnection`]
+//! keeps the session to list them again ([`McpConnection::relist`]) when
+//! they may have ([`McpConnection::changed`]): a server started as a
+//! command said so (`notifications/tools/list_changed`), or a new session
+//! was opened (the server restarted). A host built with the server
+//! ([`SkillHostBuilder::mcp_server`](crate::embed::SkillHostBuilder::mcp_server))
+//! follows it.
+//!
 //! A tool is a write unless `read` names it: a write waits for a person's
 //! approval as the confirmation policy says, and the server's own
 //! `readOnlyHint` is the service's claim, not the operator's word.
@@ -62,6 +70,7 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use super::http::{
     DEFAULT_TIMEOUT, client, expand_env, forward_list, secret_headers, snippet, with_forwarded,
@@ -153,35 +162,100 @@ pub async fn connect(
     config: &McpServerConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-    let place = match (&config.url, &config.command) {
-        (Some(url), _) => format!(" ({})", streamable_http::shown_url(url)),
-        (None, Some(command)) => format!(" (command `{command}`)"),
-        (None, None) => String::new(),
-    };
-    let error = |reason: String| McpError {
-        server: config.name.clone(),
-        place: place.clone(),
-        reason,
-    };
-    let (transport, forward) = transport(config, &env).map_err(&error)?;
-    let session = Arc::new(Session {
-        server: config.name.clone(),
-        transport,
-        forward,
-        state: tokio::sync::RwLock::new(None),
-        renewing: tokio::sync::Mutex::new(()),
-        opened: AtomicU64::new(0),
-        next_id: AtomicU64::new(1),
-    });
-    session.open().await.map_err(&error)?;
-    let listed = session.list_tools().await.map_err(&error)?;
-    take_tools(config, listed, &session).map_err(error)
+    McpConnection::open(config, env)
+        .await
+        .map(|(_, tools)| tools)
 }
 
-/// How `config` reaches its server, and the headers its calls forward.
+/// The session with one MCP server, kept to list its tools again when they
+/// may have changed ([`McpConnection::changed`]).
+pub struct McpConnection {
+    config: McpServerConfig,
+    /// ` (its URL without credentials)`, ` (command `…`)`, or nothing
+    /// when the config gives neither: for [`McpError`]s.
+    place: String,
+    session: Arc<Session>,
+}
+
+impl McpConnection {
+    /// Connects to the server `config` declares (starting it, for a
+    /// `command`), reading `${VAR}`s in header and environment values
+    /// through `env`; the session, and the tools taken from the server.
+    pub async fn open(
+        config: &McpServerConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Self, Vec<Arc<dyn Tool>>), McpError> {
+        let place = match (&config.url, &config.command) {
+            (Some(url), _) => format!(" ({})", streamable_http::shown_url(url)),
+            (None, Some(command)) => format!(" (command `{command}`)"),
+            (None, None) => String::new(),
+        };
+        let error = |reason: String| McpError {
+            server: config.name.clone(),
+            place: place.clone(),
+            reason,
+        };
+        let changed = Arc::new(Notify::new());
+        let (transport, forward) = transport(config, &env, &changed).map_err(&error)?;
+        let session = Arc::new(Session {
+            server: config.name.clone(),
+            transport,
+            forward,
+            changed,
+            state: tokio::sync::RwLock::new(None),
+            renewing: tokio::sync::Mutex::new(()),
+            opened: AtomicU64::new(0),
+            next_id: AtomicU64::new(1),
+        });
+        session.open().await.map_err(&error)?;
+        let listed = session.list_tools().await.map_err(&error)?;
+        check_named(config, &listed).map_err(&error)?;
+        let tools = take_tools(config, listed, &session).map_err(&error)?;
+        let connection = Self {
+            config: config.clone(),
+            place,
+            session,
+        };
+        Ok((connection, tools))
+    }
+
+    /// The server's name, as configured.
+    pub fn server(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Waits until the server's tools may have changed since they were
+    /// last listed: the server said so (`notifications/tools/list_changed`,
+    /// which a server started as a command can send at any time), or a new
+    /// session was opened with it (the server, or its process, restarted).
+    /// A change before the wait began is not missed.
+    pub async fn changed(&self) {
+        self.session.changed.notified().await;
+    }
+
+    /// Lists the server's tools again: the tools the configuration takes
+    /// from it now. A name `tools` or `read` gives that the server no
+    /// longer lists is logged, not an error: the server dropped the tool.
+    pub async fn relist(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        let error = |reason: String| McpError {
+            server: self.config.name.clone(),
+            place: self.place.clone(),
+            reason,
+        };
+        let listed = self.session.list_tools().await.map_err(error)?;
+        if let Err(missing) = check_named(&self.config, &listed) {
+            tracing::warn!(server = %self.config.name, "MCP server's tools changed: {missing}");
+        }
+        take_tools(&self.config, listed, &self.session).map_err(error)
+    }
+}
+
+/// How `config` reaches its server, and the headers its calls forward;
+/// a stdio server's transport tells `changed` of a list change.
 fn transport(
     config: &McpServerConfig,
     env: &impl Fn(&str) -> Option<String>,
+    changed: &Arc<Notify>,
 ) -> Result<(Transport, Vec<HeaderName>), String> {
     if config.timeout_secs == Some(0) {
         return Err("timeout_secs must be at least 1".into());
@@ -222,20 +296,16 @@ fn transport(
                     .timeout_secs
                     .map_or(DEFAULT_TIMEOUT, Duration::from_secs),
             };
-            Ok((Transport::Stdio(stdio::Transport::new(program)), Vec::new()))
+            let transport = stdio::Transport::new(program, Arc::clone(changed));
+            Ok((Transport::Stdio(transport), Vec::new()))
         }
         (Some(_), Some(_)) => Err("give either a url or a command, not both".into()),
         (None, None) => Err("give the server's url, or the command that starts it".into()),
     }
 }
 
-/// The listed tools `config` takes, with their access; an error for a
-/// name in `tools` or `read` that the server does not list.
-fn take_tools(
-    config: &McpServerConfig,
-    listed: Vec<ListedTool>,
-    session: &Arc<Session>,
-) -> Result<Vec<Arc<dyn Tool>>, String> {
+/// An error for a name in `tools` or `read` that the server does not list.
+fn check_named(config: &McpServerConfig, listed: &[ListedTool]) -> Result<(), String> {
     let names: BTreeSet<&str> = listed.iter().map(|tool| tool.name.as_str()).collect();
     let named = config.tools.iter().flatten().map(|name| ("tools", name));
     for (key, name) in named.chain(config.read.iter().map(|name| ("read", name))) {
@@ -251,6 +321,15 @@ fn take_tools(
             ));
         }
     }
+    Ok(())
+}
+
+/// The listed tools `config` takes, with their access.
+fn take_tools(
+    config: &McpServerConfig,
+    listed: Vec<ListedTool>,
+    session: &Arc<Session>,
+) -> Result<Vec<Arc<dyn Tool>>, String> {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     for tool in listed {
         if config
@@ -337,6 +416,8 @@ struct Session {
     transport: Transport,
     /// Headers a tool call takes from its run ([`McpServerConfig::forward_headers`]).
     forward: Vec<HeaderName>,
+    /// Told when the tools may have changed ([`McpConnection::changed`]).
+    changed: Arc<Notify>,
     /// Set once the session is open.
     state: tokio::sync::RwLock<Option<SessionState>>,
     /// Held while a forgotten session is renewed, so that calls that find
@@ -464,7 +545,10 @@ impl Session {
             return Ok(());
         }
         tracing::info!(server = %self.server, "MCP session forgotten or server ended; opening a new one");
-        self.open().await
+        self.open().await?;
+        // A server that restarted may list other tools.
+        self.changed.notify_one();
+        Ok(())
     }
 
     /// Sends one request; its result and the session id the answer set.

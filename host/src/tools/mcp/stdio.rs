@@ -1,7 +1,8 @@
 //! MCP's stdio transport: the host starts the server as a child process
 //! and writes JSON-RPC messages to its standard input, one a line; the
 //! answers come back, one a line, on its standard output, and what it
-//! writes on standard error goes to the log.
+//! writes on standard error goes to the log. The server may say at any
+//! time that its tools changed; the session is told.
 //!
 //! The process gets only `PATH`, `HOME` and its configured `env`, and is
 //! killed when the host no longer holds its tools. A process that has
@@ -17,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::{Failure, METHOD_NOT_FOUND, Request};
 use crate::tools::http::{MAX_RESPONSE_BYTES, snippet};
@@ -47,6 +48,8 @@ pub(super) struct Program {
 /// A server run as a child process.
 pub(super) struct Transport {
     program: Program,
+    /// Told when the server says its tools changed.
+    changed: Arc<Notify>,
     /// The process last started; replaced by [`Transport::start`].
     process: Mutex<Option<Arc<Process>>>,
 }
@@ -62,6 +65,7 @@ struct Process {
 struct Pipes {
     stdin: tokio::sync::Mutex<ChildStdin>,
     waiting: Mutex<Waiting>,
+    changed: Arc<Notify>,
 }
 
 #[derive(Default)]
@@ -73,9 +77,10 @@ struct Waiting {
 }
 
 impl Transport {
-    pub(super) fn new(program: Program) -> Self {
+    pub(super) fn new(program: Program, changed: Arc<Notify>) -> Self {
         Self {
             program,
+            changed,
             process: Mutex::new(None),
         }
     }
@@ -106,6 +111,7 @@ impl Transport {
         let pipes = Arc::new(Pipes {
             stdin: tokio::sync::Mutex::new(stdin),
             waiting: Mutex::new(Waiting::default()),
+            changed: Arc::clone(&self.changed),
         });
         let last_words = tokio::spawn(log_stderr(program.server.clone(), BufReader::new(stderr)));
         tokio::spawn(read_messages(
@@ -229,7 +235,7 @@ impl Pipes {
     }
 
     /// Takes in one line of the server's output: an answer goes to its
-    /// request; notifications are logged; a request of the server's gets
+    /// request; a list change is told, other notifications are logged; a request of the server's gets
     /// the reply returned (`ping` only: this client offers nothing else).
     fn take_line(&self, server: &str, line: &[u8]) -> Option<Value> {
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
@@ -248,10 +254,10 @@ impl Pipes {
                            "error": {"code": METHOD_NOT_FOUND, "message": message}})
                 });
             }
-            (Some("notifications/tools/list_changed"), None) => tracing::info!(
-                server,
-                "MCP server's tools changed; the host keeps those it listed at start"
-            ),
+            (Some("notifications/tools/list_changed"), None) => {
+                tracing::info!(server, "MCP server says its tools changed");
+                self.changed.notify_one();
+            }
             (Some(method), None) => tracing::debug!(server, method, "MCP notification"),
             (None, id) => {
                 let waiting = id

@@ -1,0 +1,138 @@
+//! The MCP servers a host takes tools from ([`SkillHostBuilder::mcp_server`](super::SkillHostBuilder::mcp_server)),
+//! followed while it runs: when a server's tools may have changed — it said
+//! so, or it restarted — or [`SkillHost::relist_mcp_tools`](super::SkillHost::relist_mcp_tools)
+//! asks, its tools are listed again and the difference put in place
+//! ([`SkillRegistry::replace_tools`]): skills that name a new tool load,
+//! skills whose tool went are unloaded, runs under way keep theirs.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::skills::{ReloadEvent, SkillRegistry};
+use crate::tools::mcp::McpConnection;
+use crate::tools::{Tool, ToolRegistry, ToolSpec};
+
+/// The shortest time between two relists of one server that follow its
+/// changes. A server that forgets every session would otherwise be
+/// relisted without end: each relist renews the session, and each renewal
+/// asks for a relist.
+const RELIST_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The servers of one host.
+pub(super) struct McpServers {
+    skills: Arc<SkillRegistry>,
+    servers: Vec<McpConnection>,
+    /// The specs of the tools taken from each server now, by index. Held
+    /// while a server is relisted: each relist builds on the tools the one
+    /// before put in place.
+    taken: tokio::sync::Mutex<Vec<Vec<ToolSpec>>>,
+}
+
+impl McpServers {
+    /// The servers `connected`, with the tools taken from each at start
+    /// (registered in `skills`' tools).
+    pub(super) fn new(
+        skills: Arc<SkillRegistry>,
+        connected: Vec<(McpConnection, Vec<Arc<dyn Tool>>)>,
+    ) -> Self {
+        let (servers, taken) = connected
+            .into_iter()
+            .map(|(connection, tools)| (connection, specs(&tools)))
+            .unzip();
+        Self {
+            skills,
+            servers,
+            taken: tokio::sync::Mutex::new(taken),
+        }
+    }
+
+    /// How many servers there are.
+    pub(super) fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    /// Relists server `index` each time its tools may have changed, at
+    /// most once per [`RELIST_INTERVAL`], for ever: run it as a task,
+    /// aborted with the host. A change told meanwhile waits its turn.
+    pub(super) async fn follow(self: Arc<Self>, index: usize) {
+        loop {
+            self.servers[index].changed().await;
+            self.relist(index).await;
+            tokio::time::sleep(RELIST_INTERVAL).await;
+        }
+    }
+
+    /// Lists every server's tools again, one after another, and puts the
+    /// changes in place; what that did to the skills.
+    pub(super) async fn relist_all(&self) -> Vec<ReloadEvent> {
+        let mut events = Vec::new();
+        for index in 0..self.servers.len() {
+            events.extend(self.relist(index).await);
+        }
+        events
+    }
+
+    /// Lists `server`'s tools again and, when they differ from those taken
+    /// before, replaces them in the host's tools. A server that cannot be
+    /// listed, or that now lists a tool another tool's name has, keeps the
+    /// tools taken before; the log says why.
+    async fn relist(&self, index: usize) -> Vec<ReloadEvent> {
+        let mut taken = self.taken.lock().await;
+        let server = &self.servers[index];
+        let name = server.server();
+        let tools = match server.relist().await {
+            Ok(tools) => tools,
+            Err(error) => {
+                tracing::warn!("{error}; the tools taken from it stay as they were");
+                return Vec::new();
+            }
+        };
+        let before = &taken[index];
+        let now = specs(&tools);
+        if now == *before {
+            tracing::info!(server = name, "MCP server's tools listed again: no change");
+            return Vec::new();
+        }
+        let mut next = ToolRegistry::clone(&self.skills.tools());
+        for spec in before {
+            next.remove(&spec.name);
+        }
+        for tool in tools {
+            if let Err(error) = next.register(tool) {
+                tracing::warn!(
+                    server = name,
+                    "MCP server's tools changed, but {error}; the tools taken from it stay as they were"
+                );
+                return Vec::new();
+            }
+        }
+        let names = |specs: &[ToolSpec]| -> BTreeSet<String> {
+            specs.iter().map(|spec| spec.name.clone()).collect()
+        };
+        let (was, is) = (names(before), names(&now));
+        let listed = |names: Vec<&String>| match names.as_slice() {
+            [] => "none".to_owned(),
+            names => names
+                .iter()
+                .map(|name| name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        tracing::info!(
+            server = name,
+            added = listed(is.difference(&was).collect()),
+            removed = listed(was.difference(&is).collect()),
+            "MCP server's tools changed; the host's tools follow"
+        );
+        taken[index] = now;
+        self.skills.replace_tools(next).await
+    }
+}
+
+/// The specs of `tools`, in order of name.
+fn specs(tools: &[Arc<dyn Tool>]) -> Vec<ToolSpec> {
+    let mut specs: Vec<ToolSpec> = tools.iter().map(|tool| tool.spec().clone()).collect();
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    specs
+}
