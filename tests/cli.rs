@@ -27,7 +27,7 @@ use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
-use crate::support::signing::unsigned;
+use crate::support::signing::{signed_skill_calling, unsigned};
 
 /// A scratch working directory for the binary.
 struct Workdir {
@@ -2889,6 +2889,62 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
         !said.contains("API keys"),
         "no keys file, no keys read: {said}"
     );
+}
+
+/// SIGHUP lists the tools of the config file's MCP servers again: a
+/// server at a url cannot say that they changed. A skill calling a tool the
+/// server no longer lists goes, saying which, and comes back with it.
+#[tokio::test]
+async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let report_desk = signed_skill_calling("reportDesk", "customerReport");
+    std::fs::write(skills.join("reportDesk.wasm"), report_desk).unwrap();
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
+             tools = [\"customerReport\"]\nread = [\"customerReport\"]\n"
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let command = work.host_command(
+        &["serve", "--listen", "127.0.0.1:0", "--config", config],
+        &skills,
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let listing = async || -> Value {
+        let response = reqwest::get(format!("{base}/v1/skills")).await.unwrap();
+        response.json().await.unwrap()
+    };
+    assert_eq!(listing().await["data"][0]["name"], "reportDesk");
+
+    server.offer("customerReport", false);
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, "MCP servers' tools listed again").await;
+    assert!(said.contains("1 skill file(s) changed with them"), "{said}");
+    let listed = listing().await;
+    assert_eq!(listed["data"], json!([]), "{listed}");
+    let reason = listed["failures"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("`customerReport`, which is not a registered tool"),
+        "{reason}"
+    );
+
+    server.offer("customerReport", true);
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "MCP servers' tools listed again").await;
+    assert_eq!(listing().await["data"][0]["name"], "reportDesk");
 }
 
 /// A skills directory in `work` holding processRefund, signed with the demo

@@ -13,14 +13,13 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use skillhost::embed::SkillHost;
-use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::{FailureKind, ReloadEvent, ReloadOutcome};
 use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
 use skillhost::tools::{Access, ToolCaller, ToolContext, ToolError, ToolRegistry};
 
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
-use crate::support::signing::{demo_policy, signed};
+use crate::support::signing::{demo_policy, signed_skill_calling};
 
 fn declared(url: &str) -> McpServerConfig {
     McpServerConfig {
@@ -537,12 +536,7 @@ async fn a_command_that_cannot_start_or_ends_at_once_stops_the_start_saying_why(
 fn skills_calling(tools: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     for (name, tool) in tools {
-        let yaml = format!(
-            "name: {name}\nversion: 1.0.0\ndescription: Calls {tool}.\ntools: [{tool}]\n\
-             parameters: {{type: object}}\ninstructions: Call {tool}.\n"
-        );
-        let skill = DeclarativeSkill::parse(&yaml, Format::Yaml, Path::new("skill.yaml")).unwrap();
-        let bytes = signed(&skill.to_component().unwrap());
+        let bytes = signed_skill_calling(name, tool);
         std::fs::write(dir.path().join(format!("{name}.wasm")), bytes).unwrap();
     }
     dir

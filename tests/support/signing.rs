@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::signature::{SignaturePolicy, SigningKey, TrustStore};
 
 use super::fixtures::repo_root;
@@ -15,6 +16,17 @@ pub fn demo_key() -> SigningKey {
 /// `bytes` (a component or core module) signed with the demo key.
 pub fn signed(bytes: &[u8]) -> Vec<u8> {
     demo_key().sign(bytes).expect("signing with the demo key")
+}
+
+/// The instruction-only skill `name` that calls `tool`, packed and signed
+/// with the demo key.
+pub fn signed_skill_calling(name: &str, tool: &str) -> Vec<u8> {
+    let yaml = format!(
+        "name: {name}\nversion: 1.0.0\ndescription: Calls {tool}.\ntools: [{tool}]\n\
+         parameters: {{type: object}}\ninstructions: Call {tool}.\n"
+    );
+    let skill = DeclarativeSkill::parse(&yaml, Format::Yaml, Path::new("skill.yaml")).unwrap();
+    signed(&skill.to_component().unwrap())
 }
 
 /// The policy of the default demo configuration: only files signed by a key

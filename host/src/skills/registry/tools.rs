@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{
     Contender, FailureKind, FileError, ReloadEvent, ReloadOutcome, SkillRegistry, SkillSnapshot,
+    SkillVersion, rejected,
 };
 use crate::runtime::LoadError;
 use crate::tools::ToolRegistry;
@@ -49,7 +50,8 @@ impl SkillRegistry {
 
     /// Swaps in a snapshot with `tools` and without the skills that no
     /// longer fit them; a skill kept to take a name over that no longer
-    /// fits is refused for its manifest instead. Returns the events, and
+    /// fits is refused for its manifest instead ([`ReloadOutcome::Rejected`]:
+    /// what its file serves, if anything, stays). Returns the events, and
     /// the files waiting for a name the unloaded skills freed.
     async fn put_tools_in_place(
         &self,
@@ -82,15 +84,28 @@ impl SkillRegistry {
                 outcome,
             });
         }
-        let tools = next.tools.clone();
-        for failure in next.failures.values_mut() {
-            let Some(Contender(skill)) = &failure.contender else {
-                continue;
-            };
-            if let Err(error) = skill.component.manifest().check_against(&tools) {
-                let error = FileError::Load(LoadError::Manifest(error));
-                *failure = error.into_failure(&failure.path, failure.digest.clone());
-            }
+        let unfit_contenders: Vec<_> = next
+            .failures
+            .values()
+            .filter_map(|failure| {
+                let Contender(skill) = failure.contender.as_ref()?;
+                let misfit = skill.component.manifest().check_against(&next.tools);
+                misfit.err().map(|error| (failure.clone(), error))
+            })
+            .collect();
+        for (failure, error) in unfit_contenders {
+            let error = FileError::Load(LoadError::Manifest(error));
+            let refused = error.into_failure(&failure.path, failure.digest);
+            let serving = next
+                .skill_at(&failure.path)
+                .map(|skill| SkillVersion::of(&skill.component));
+            events.push(ReloadEvent {
+                path: failure.path,
+                old: serving.clone(),
+                new: serving,
+                outcome: rejected(&refused),
+            });
+            next.fail(refused);
         }
         let waiting = self.commit(writer, next, &events);
         (events, waiting)
@@ -112,5 +127,125 @@ impl SkillRegistry {
             return None;
         }
         self.load_content(path, file).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::{Runtime, RuntimeConfig};
+    use crate::skills::pack::{DeclarativeSkill, Format};
+    use crate::skills::signature::SignaturePolicy;
+    use crate::tools::{Access, StandIn, ToolSpec};
+
+    /// Stand-ins named `names`.
+    fn tools(names: &[&str]) -> ToolRegistry {
+        let mut tools = ToolRegistry::new();
+        for name in names {
+            let spec = ToolSpec {
+                name: (*name).to_owned(),
+                description: "A tool.".into(),
+                parameters: json!({"type": "object"}),
+                access: Access::Read,
+            };
+            tools
+                .register(Arc::new(StandIn::new(spec, "never called")))
+                .unwrap();
+        }
+        tools
+    }
+
+    /// Writes `file` in `dir`: the unsigned skill `name` calling `tool`.
+    fn write_skill(dir: &Path, file: &str, name: &str, tool: &str) -> PathBuf {
+        let yaml = format!(
+            "name: {name}\nversion: 1.0.0\ndescription: Calls {tool}.\ntools: [{tool}]\n\
+             parameters: {{type: object}}\ninstructions: Call {tool}.\n"
+        );
+        let skill = DeclarativeSkill::parse(&yaml, Format::Yaml, Path::new("s.yaml")).unwrap();
+        let path = dir.join(file);
+        std::fs::write(&path, skill.to_component().unwrap()).unwrap();
+        path
+    }
+
+    async fn registry(dir: &Path, names: &[&str]) -> SkillRegistry {
+        let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+        let tools = Arc::new(tools(names));
+        let policy = SignaturePolicy::AllowUnsigned;
+        SkillRegistry::load_dir(runtime, tools, policy, dir)
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_skill_kept_to_take_a_name_over_is_refused_once_its_tool_goes_and_loads_when_it_is_back()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = write_skill(dir.path(), "a.wasm", "desk", "first");
+        let contender = write_skill(dir.path(), "b.wasm", "desk", "second");
+        let registry = registry(dir.path(), &["first", "second"]).await;
+        let failure = registry.snapshot().failure_for(&contender).unwrap().clone();
+        assert_eq!(failure.kind, FailureKind::NameTaken);
+
+        // Its tool goes: no longer a contender, but refused for the tool.
+        let events = registry.replace_tools(tools(&["first"])).await;
+        let [refused] = events.as_slice() else {
+            panic!("one change: {events:?}");
+        };
+        assert_eq!((&refused.path, &refused.new), (&contender, &None));
+        assert!(matches!(
+            refused.outcome,
+            ReloadOutcome::Rejected {
+                kind: FailureKind::Manifest,
+                ..
+            }
+        ));
+        let snapshot = registry.snapshot();
+        let failure = snapshot.failure_for(&contender).unwrap();
+        assert_eq!(failure.kind, FailureKind::Manifest);
+        assert!(failure.reason.contains("`second`"), "{}", failure.reason);
+        // So the freed name stays free.
+        std::fs::remove_file(&holder).unwrap();
+        registry.sync_path(&holder).await;
+        assert!(registry.get("desk").is_none());
+
+        // The tool is back: the file loads.
+        let events = registry.replace_tools(tools(&["first", "second"])).await;
+        let [loaded] = events.as_slice() else {
+            panic!("one change: {events:?}");
+        };
+        assert_eq!(
+            (&loaded.path, &loaded.outcome),
+            (&contender, &ReloadOutcome::Loaded)
+        );
+        assert!(registry.get("desk").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_tool_taking_a_skills_name_unloads_the_skill() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write_skill(dir.path(), "desk.wasm", "desk", "first");
+        let registry = registry(dir.path(), &["first"]).await;
+        let before = registry.snapshot();
+
+        let events = registry.replace_tools(tools(&["first", "desk"])).await;
+        let [unloaded] = events.as_slice() else {
+            panic!("one change: {events:?}");
+        };
+        let ReloadOutcome::Unresolved { reason } = &unloaded.outcome else {
+            panic!("not unresolved: {unloaded:?}");
+        };
+        assert_eq!(unloaded.path, path);
+        assert!(
+            reason.contains("`desk` is already the name of a tool"),
+            "{reason}"
+        );
+        assert!(registry.get("desk").is_none());
+        assert!(registry.tools().contains("desk"));
+        // A run holding the snapshot before has both as they were.
+        assert!(before.get("desk").is_some() && !before.tools().contains("desk"));
     }
 }
