@@ -24,14 +24,17 @@ use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, Principal};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
+use skillhost::skills::{ReloadEvent, ReloadOutcome};
 use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_tools};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
+use skillhost::tools::mcp::McpServerConfig;
 use skillhost::tools::{Access, Tool, ToolContext, ToolSpec};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call, refund_input};
 use crate::support::crm::crm_service;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
+use crate::support::signing::signed_skill_calling;
 
 /// A gateway serving on a loopback port.
 struct Served {
@@ -2888,6 +2891,66 @@ async fn mcp_clients_call_the_skills_and_their_writes_wait_for_approval() {
     let (status, garbled) = read(send("application/json", None, "{").await.unwrap()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(garbled["error"]["code"], -32700);
+}
+
+/// One host takes another's skills as the tools of an MCP server, and
+/// follows them: a skill removed from the serving host goes from the other's
+/// tools, with the skill that called it, and both come back with the file.
+#[tokio::test]
+async fn a_host_taking_a_gateways_skills_as_mcp_tools_follows_them() {
+    let served = Served::start(Setup::default()).await;
+    let skills = tempfile::tempdir().unwrap();
+    let desk = skills.path().join("statusDesk.wasm");
+    std::fs::write(
+        &desk,
+        signed_skill_calling("statusDesk", "inquireOrderStatus"),
+    )
+    .unwrap();
+    let shop = McpServerConfig {
+        name: "shop".into(),
+        url: Some(served.url("/mcp")),
+        read: vec!["inquireOrderStatus".into()],
+        ..McpServerConfig::default()
+    };
+    let taking = SkillHost::builder(
+        skills.path(),
+        SignaturePolicy::Require(TrustStore::load(&[repo_root().join("keys/trusted")]).unwrap()),
+    )
+    .mcp_server(shop)
+    .hot_reload(false)
+    .build()
+    .await
+    .unwrap();
+    assert!(taking.snapshot().get("statusDesk").is_some());
+    let mut reloads = taking.skills().subscribe();
+    let next_change = async |reloads: &mut broadcast::Receiver<_>| {
+        tokio::time::timeout(Duration::from_secs(60), reloads.recv())
+            .await
+            .expect("a change within 60 s")
+            .unwrap()
+    };
+
+    let served_file = served.dir.path().join("inquireOrderStatus.wasm");
+    let kept = served.dir.path().join("inquireOrderStatus.kept");
+    std::fs::rename(&served_file, &kept).unwrap();
+    let unloaded: ReloadEvent = next_change(&mut reloads).await;
+    assert_eq!(unloaded.path, desk);
+    assert!(
+        matches!(unloaded.outcome, ReloadOutcome::Unresolved { .. }),
+        "{unloaded:?}"
+    );
+    assert!(!taking.tools().contains("inquireOrderStatus"));
+    assert!(taking.tools().contains("processRefund"));
+
+    std::fs::rename(&kept, &served_file).unwrap();
+    let loaded: ReloadEvent = next_change(&mut reloads).await;
+    assert_eq!((loaded.path, loaded.outcome), (desk, ReloadOutcome::Loaded));
+    let status = taking
+        .tools()
+        .call("inquireOrderStatus", json!({"orderId": "88231"}))
+        .await
+        .unwrap();
+    assert!(status.to_string().contains("88231"), "{status}");
 }
 
 /// `GET /mcp`: the stream of the server's own messages tells a remote

@@ -696,3 +696,50 @@ async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restar
     assert_eq!(loaded.outcome, ReloadOutcome::Loaded);
     assert!(host.tools().contains("customerReport"));
 }
+
+#[tokio::test]
+async fn a_host_follows_a_server_at_a_url_that_says_on_its_stream_that_its_tools_changed() {
+    let server = McpServer::default().streaming();
+    let url = server.start().await;
+    let skills = skills_calling(&[("reportDesk", "customerReport")]);
+    let report_desk = skills.path().join("reportDesk.wasm");
+    let host = SkillHost::builder(skills.path(), demo_policy())
+        .mcp_server(declared(&url))
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let mut reloads = host.skills().subscribe();
+
+    server.offer("customerReport", false);
+    server.say_tools_changed().await;
+    let unloaded = change_of(&mut reloads, &report_desk).await;
+    assert!(matches!(unloaded.outcome, ReloadOutcome::Unresolved { .. }));
+    // The server's ping on the stream was answered, in its session.
+    let answered = server
+        .received()
+        .into_iter()
+        .filter(|received| received.method == "answer")
+        .map(|received| received.session)
+        .collect::<Vec<_>>();
+    assert_eq!(answered, [Some("session-1".to_owned())]);
+
+    // Restarted: the new session's stream is listened to, the old one's
+    // given up.
+    server.offer("customerReport", true);
+    server.forget_sessions();
+    host.tools()
+        .call("lookupCustomer", json!({"id": "u1001"}))
+        .await
+        .unwrap();
+    let loaded = change_of(&mut reloads, &report_desk).await;
+    assert_eq!(loaded.outcome, ReloadOutcome::Loaded);
+    let listening = async {
+        while server.listening() != ["session-2"] {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), listening)
+        .await
+        .unwrap_or_else(|_| panic!("listening to {:?}", server.listening()));
+}

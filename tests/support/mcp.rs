@@ -1,5 +1,6 @@
-//! A small MCP server on loopback (Streamable HTTP, JSON-RPC over POST),
-//! behind the MCP tools' tests: the messages it got are kept to be read.
+//! A small MCP server on loopback (Streamable HTTP, JSON-RPC over POST,
+//! and when asked a GET stream of its own messages), behind the MCP tools'
+//! tests: the messages it got are kept to be read.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 /// An MCP server on standard input and output (Python), for servers
 /// started as a command: its first argument is the file it logs to.
@@ -46,6 +48,10 @@ struct Inner {
     protocol: Option<String>,
     /// Tools `tools/list` leaves out, as if the server no longer had them.
     withdrawn: BTreeSet<String>,
+    /// Whether a GET opens a stream of the server's own messages (else 405).
+    streams: bool,
+    /// The streams open, by session.
+    listeners: Vec<(String, mpsc::UnboundedSender<Value>)>,
 }
 
 /// One message the server got.
@@ -63,7 +69,7 @@ impl McpServer {
     /// Serves on loopback; the endpoint's URL.
     pub async fn start(&self) -> String {
         let app = Router::new()
-            .route("/mcp", post(message))
+            .route("/mcp", post(message).get(stream))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/mcp", listener.local_addr().unwrap());
@@ -86,6 +92,41 @@ impl McpServer {
         } else {
             withdrawn.insert(tool.to_owned());
         }
+    }
+
+    /// Offers a stream of its own messages to a GET in a session.
+    pub fn streaming(self) -> Self {
+        self.inner.lock().unwrap().streams = true;
+        self
+    }
+
+    /// Waits until a stream is open for a session, and says on each one
+    /// that the tools changed, after a ping the client must answer.
+    pub async fn say_tools_changed(&self) {
+        let open = async {
+            while self.inner.lock().unwrap().listeners.is_empty() {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), open)
+            .await
+            .expect("a stream opened");
+        let inner = self.inner.lock().unwrap();
+        for (_, listener) in &inner.listeners {
+            let _ = listener.send(json!({"jsonrpc": "2.0", "id": "ping-1", "method": "ping"}));
+            let _ = listener
+                .send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
+        }
+    }
+
+    /// The sessions a stream is open for.
+    pub fn listening(&self) -> Vec<String> {
+        let inner = self.inner.lock().unwrap();
+        let open = inner
+            .listeners
+            .iter()
+            .filter(|(_, listener)| !listener.is_closed());
+        open.map(|(session, _)| session.clone()).collect()
     }
 
     /// Forgets every session, as a restarted server does.
@@ -139,10 +180,38 @@ fn tool_pages() -> [Value; 2] {
     ]
 }
 
+/// A GET: the stream of the server's own messages in the request's
+/// session, when the server offers one.
+async fn stream(State(server): State<McpServer>, headers: HeaderMap) -> Response {
+    let mut inner = server.inner.lock().unwrap();
+    if !inner.streams {
+        return StatusCode::METHOD_NOT_ALLOWED.into_response();
+    }
+    let session = headers
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let Some(session) = session.filter(|id| inner.sessions.contains(id)) else {
+        return (StatusCode::NOT_FOUND, "no such session").into_response();
+    };
+    let (sender, receiver) = mpsc::unbounded_channel();
+    inner.listeners.push((session, sender));
+    let events = futures::stream::unfold(receiver, |mut receiver| async move {
+        let message = receiver.recv().await?;
+        let event = format!("event: message\ndata: {message}\n\n");
+        Some((Ok::<_, std::convert::Infallible>(event), receiver))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        axum::body::Body::from_stream(events),
+    )
+        .into_response()
+}
+
 async fn message(State(server): State<McpServer>, headers: HeaderMap, body: String) -> Response {
     let message: Value = serde_json::from_str(&body).unwrap();
     let header_text = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
-    let method = message["method"].as_str().unwrap().to_owned();
+    // The client's answer to a request of the server's.
+    let method = message["method"].as_str().unwrap_or("answer").to_owned();
     let session = header_text("mcp-session-id");
     let mut inner = server.inner.lock().unwrap();
     inner.received.push(Received {
@@ -179,7 +248,7 @@ async fn message(State(server): State<McpServer>, headers: HeaderMap, body: Stri
             }));
             ([("mcp-session-id", session)], axum::Json(result)).into_response()
         }
-        "notifications/initialized" => StatusCode::ACCEPTED.into_response(),
+        "notifications/initialized" | "answer" => StatusCode::ACCEPTED.into_response(),
         "tools/list" => {
             let [first, second] = tool_pages();
             let mut page = if message["params"]["cursor"] == "page-2" {

@@ -2,7 +2,7 @@
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the trust store (a key added, rotated
 //! or revoked) with the config file's key scopes, the tools of the MCP
-//! servers (those reached at a url cannot say that theirs changed), the
+//! servers (one at a url may not be able to say that theirs changed), the
 //! skills directory (for changes hot reload did not report, or a host
 //! running without it), and then what the command reads besides (serve:
 //! its API keys file).

@@ -171,8 +171,8 @@ impl SkillHostBuilder {
     /// in its headers and environment read from the process environment;
     /// a server that cannot be reached or listed stops the build, naming
     /// it. The host follows the server's tools while it runs: when the
-    /// server says they changed (a server started as a command can), when
-    /// it restarted, and at [`SkillHost::relist_mcp_tools`].
+    /// server says they changed, when it restarted, and at
+    /// [`SkillHost::relist_mcp_tools`].
     pub fn mcp_server(mut self, server: McpServerConfig) -> Self {
         self.mcp_servers.push(server);
         self
@@ -659,7 +659,8 @@ impl SkillHost {
     /// Lists the tools of every MCP server the host takes tools from again
     /// ([`SkillHostBuilder::mcp_server`]), and puts what changed in place
     /// as [`SkillHost::replace_tools`] does: for servers that cannot say
-    /// that their tools changed (those reached at a url), at an operator's
+    /// that their tools changed (one at a url offering no stream of its
+    /// own messages), at an operator's
     /// word. What it did to the skills reaches subscribers as reload events
     /// too; a server that cannot be listed keeps its tools, and the log
     /// says why.

@@ -30,9 +30,11 @@
 //!
 //! A server's tools may change while the host runs. An [`McpConnection`]
 //! keeps the session to list them again ([`McpConnection::relist`]) when
-//! they may have ([`McpConnection::changed`]): a server started as a
-//! command said so (`notifications/tools/list_changed`), or a new session
-//! was opened (the server restarted). A host built with the server
+//! they may have ([`McpConnection::changed`]): the server said so
+//! (`notifications/tools/list_changed`, on a started server's output, in a
+//! POST's event stream, or in the stream a GET opens for the server's own
+//! messages, which the session listens to when the server offers one), or
+//! a new session was opened (the server restarted). A host built with the server
 //! ([`SkillHostBuilder::mcp_server`](crate::embed::SkillHostBuilder::mcp_server))
 //! follows it.
 //!
@@ -202,6 +204,7 @@ impl McpConnection {
             transport,
             forward,
             changed,
+            listening: std::sync::Mutex::new(None),
             state: tokio::sync::RwLock::new(None),
             renewing: tokio::sync::Mutex::new(()),
             opened: AtomicU64::new(0),
@@ -225,9 +228,9 @@ impl McpConnection {
     }
 
     /// Waits until the server's tools may have changed since they were
-    /// last listed: the server said so (`notifications/tools/list_changed`,
-    /// which a server started as a command can send at any time), or a new
-    /// session was opened with it (the server, or its process, restarted).
+    /// last listed: the server said so (`notifications/tools/list_changed`),
+    /// or a new session was opened with it (the server, or its process,
+    /// restarted).
     /// A change before the wait began is not missed.
     pub async fn changed(&self) {
         self.session.changed.notified().await;
@@ -271,8 +274,13 @@ fn transport(
             let headers = secret_headers(&config.headers, env)?;
             let forward = forward_list(&config.forward_headers, &headers)?;
             let http = client(config.timeout_secs)?;
-            let url = url.clone();
-            let transport = streamable_http::Transport { url, http, headers };
+            let transport = streamable_http::Transport {
+                server: config.name.clone(),
+                url: url.clone(),
+                http,
+                headers,
+                changed: Arc::clone(changed),
+            };
             Ok((Transport::Http(transport), forward))
         }
         (None, Some(command)) => {
@@ -418,6 +426,9 @@ struct Session {
     forward: Vec<HeaderName>,
     /// Told when the tools may have changed ([`McpConnection::changed`]).
     changed: Arc<Notify>,
+    /// The task listening to the server's own messages in the session
+    /// open now, for a server at a url; aborted with the session.
+    listening: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Set once the session is open.
     state: tokio::sync::RwLock<Option<SessionState>>,
     /// Held while a forgotten session is renewed, so that calls that find
@@ -427,6 +438,14 @@ struct Session {
     /// server sets no session id (a restarted process).
     opened: AtomicU64,
     next_id: AtomicU64,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(listener) = self.listening().take() {
+            listener.abort();
+        }
+    }
 }
 
 /// What `initialize` agreed on.
@@ -491,11 +510,23 @@ impl Session {
         };
         let initialized = "notifications/initialized";
         match &self.transport {
-            Transport::Http(http) => http.notify(initialized, &state).await?,
+            Transport::Http(http) => {
+                http.notify(initialized, &state).await?;
+                let listener = http.listen(state.clone());
+                if let Some(before) = self.listening().replace(listener) {
+                    before.abort();
+                }
+            }
             Transport::Stdio(stdio) => stdio.notify(initialized).await?,
         }
         *self.state.write().await = Some(state);
         Ok(())
+    }
+
+    fn listening(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<()>>> {
+        self.listening
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Every tool the server lists, page after page.
@@ -571,6 +602,29 @@ impl Session {
         };
         result_of(answer, request.id).map(|result| (result, session_id))
     }
+}
+
+/// Takes in `message`, which the server sent of its own accord (it has a
+/// `method`): `notifications/tools/list_changed` tells `changed`, other
+/// notifications are logged; a request gets the reply to send returned —
+/// `ping` only, this client offers nothing else.
+fn server_message(server: &str, message: &Value, changed: &Notify) -> Option<Value> {
+    let method = message.get("method").and_then(Value::as_str).unwrap_or("");
+    let Some(id) = message.get("id") else {
+        if method == "notifications/tools/list_changed" {
+            tracing::info!(server, "MCP server says its tools changed");
+            changed.notify_one();
+        } else {
+            tracing::debug!(server, method, "MCP notification");
+        }
+        return None;
+    };
+    Some(if method == "ping" {
+        json!({"jsonrpc": "2.0", "id": id, "result": {}})
+    } else {
+        let message = format!("this client offers no `{method}`");
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": METHOD_NOT_FOUND, "message": message}})
+    })
 }
 
 /// The `result` of the JSON-RPC answer to request `id`.

@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufR
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{Notify, oneshot};
 
-use super::{Failure, METHOD_NOT_FOUND, Request};
+use super::{Failure, Request, server_message};
 use crate::tools::http::{MAX_RESPONSE_BYTES, snippet};
 
 /// The variables of the host's environment a server process inherits: to
@@ -235,43 +235,25 @@ impl Pipes {
     }
 
     /// Takes in one line of the server's output: an answer goes to its
-    /// request; a list change is told, other notifications are logged; a request of the server's gets
-    /// the reply returned (`ping` only: this client offers nothing else).
+    /// request; a message of the server's own is taken as
+    /// [`server_message`] says, its reply returned.
     fn take_line(&self, server: &str, line: &[u8]) -> Option<Value> {
         let Ok(message) = serde_json::from_slice::<Value>(line) else {
             let text = String::from_utf8_lossy(line);
             tracing::warn!(server, line = %snippet(text.trim_end()), "MCP server wrote a line that is not JSON; ignored");
             return None;
         };
-        let id = message.get("id").cloned();
-        match (message.get("method").and_then(Value::as_str), id) {
-            (Some(method), Some(id)) => {
-                return Some(if method == "ping" {
-                    json!({"jsonrpc": "2.0", "id": id, "result": {}})
-                } else {
-                    let message = format!("this client offers no `{method}`");
-                    json!({"jsonrpc": "2.0", "id": id,
-                           "error": {"code": METHOD_NOT_FOUND, "message": message}})
-                });
-            }
-            (Some("notifications/tools/list_changed"), None) => {
-                tracing::info!(server, "MCP server says its tools changed");
-                self.changed.notify_one();
-            }
-            (Some(method), None) => tracing::debug!(server, method, "MCP notification"),
-            (None, id) => {
-                let waiting = id
-                    .as_ref()
-                    .and_then(Value::as_u64)
-                    .and_then(|id| self.waiting.lock().unwrap().answers.remove(&id));
-                match waiting {
-                    Some(request) => {
-                        // The request may have timed out meanwhile.
-                        let _ = request.send(Ok(message));
-                    }
-                    None => tracing::debug!(server, ?id, "MCP answer to no waiting request"),
-                }
-            }
+        if message.get("method").is_some() {
+            return server_message(server, &message, &self.changed);
+        }
+        let id = message.get("id");
+        let waiting = id
+            .and_then(Value::as_u64)
+            .and_then(|id| self.waiting.lock().unwrap().answers.remove(&id));
+        match waiting {
+            // The request may have timed out meanwhile.
+            Some(request) => drop(request.send(Ok(message))),
+            None => tracing::debug!(server, ?id, "MCP answer to no waiting request"),
         }
         None
     }

@@ -1,21 +1,50 @@
 //! MCP's Streamable HTTP transport: each message a POST to the server's
 //! endpoint, answered with JSON or an event stream; the session is the
-//! `Mcp-Session-Id` header `initialize` set.
+//! `Mcp-Session-Id` header `initialize` set. The server's messages of its
+//! own come in those streams, and in the stream a GET opens for the
+//! session ([`Transport::listen`]) when the server offers one.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use reqwest::StatusCode;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
-use super::{Failure, Request, SessionState};
+use super::{Failure, Request, SessionState, server_message};
 use crate::tools::http::{MAX_RESPONSE_BYTES, read_limited, snippet};
 
+/// How long one GET stream is read before it is opened again: reqwest's
+/// timeout is the whole response's, and a connection gone silently would
+/// otherwise be waited on for ever.
+const LISTENING_SPAN: Duration = Duration::from_secs(300);
+
+/// The longest wait before a GET stream that ended is opened again; the
+/// wait doubles from a second while streams end without a message.
+const MAX_LISTEN_RETRY: Duration = Duration::from_secs(60);
+
 /// A server reached over HTTP.
+#[derive(Clone)]
 pub(super) struct Transport {
+    pub(super) server: String,
     pub(super) url: String,
     pub(super) http: reqwest::Client,
     /// The configured headers, secrets in them: sent with every message.
     pub(super) headers: HeaderMap,
+    /// Told when the server says its tools changed.
+    pub(super) changed: Arc<Notify>,
+}
+
+/// How a GET stream ended.
+enum Listened {
+    /// The server offers none (`405`, or another refusal), or no longer
+    /// knows the session (`404`: the next call opens a new one, which is
+    /// listened to in turn).
+    Refused,
+    /// It ended or broke; `heard` whether a message came first.
+    Ended { heard: bool },
 }
 
 impl Transport {
@@ -25,17 +54,89 @@ impl Transport {
             .post(&self.url)
             .headers(self.headers.clone())
             .headers(extra.clone())
-            .header(
-                reqwest::header::ACCEPT,
-                "application/json, text/event-stream",
-            );
+            .header(ACCEPT, "application/json, text/event-stream");
         if let Some(state) = state {
-            request = request.header("mcp-protocol-version", state.protocol.clone());
-            if let Some(id) = &state.id {
-                request = request.header("mcp-session-id", id.clone());
-            }
+            request = with_session(request, state);
         }
         request
+    }
+
+    /// Listens to the stream of the server's own messages the session
+    /// `state` may have (a GET), for as long as the returned task runs:
+    /// opened again when it ends, until the server refuses it.
+    pub(super) fn listen(&self, state: SessionState) -> tokio::task::JoinHandle<()> {
+        let transport = self.clone();
+        tokio::spawn(async move {
+            let mut retry = Duration::from_secs(1);
+            loop {
+                match transport.listen_once(&state).await {
+                    Listened::Refused => return,
+                    Listened::Ended { heard: true } => retry = Duration::from_secs(1),
+                    Listened::Ended { heard: false } => {}
+                }
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(MAX_LISTEN_RETRY);
+            }
+        })
+    }
+
+    /// Reads one GET stream of the session `state` to its end, taking in
+    /// each message of the server's.
+    async fn listen_once(&self, state: &SessionState) -> Listened {
+        let request = self
+            .http
+            .get(&self.url)
+            .headers(self.headers.clone())
+            .header(ACCEPT, "text/event-stream")
+            .timeout(LISTENING_SPAN);
+        let response = match with_session(request, state).send().await {
+            Ok(response) if response.status().is_success() && is_event_stream(&response) => {
+                response
+            }
+            Ok(response) => {
+                let status = response.status();
+                tracing::debug!(server = %self.server, %status, "MCP server offers no stream of its own messages");
+                return Listened::Refused;
+            }
+            Err(error) => {
+                let error = crate::text::error_chain(&error.without_url());
+                tracing::debug!(server = %self.server, %error, "MCP server's stream of its own messages not opened");
+                return Listened::Ended { heard: false };
+            }
+        };
+        let mut events = EventReader::default();
+        let mut body = response.bytes_stream();
+        let mut heard = false;
+        while let Some(Ok(chunk)) = body.next().await {
+            for data in events.push(&chunk) {
+                heard = true;
+                self.take_message(&data, state);
+            }
+            // An event without its end bounds nothing else: cut it short.
+            if events.pending() > MAX_RESPONSE_BYTES {
+                return Listened::Ended { heard };
+            }
+        }
+        Listened::Ended { heard }
+    }
+
+    /// Takes in a message the server sent of its own accord in the session
+    /// `state`, replying to a request of its own apart.
+    fn take_message(&self, data: &str, state: &SessionState) {
+        let Ok(message) = serde_json::from_str::<Value>(data) else {
+            return;
+        };
+        if message.get("method").is_none() {
+            return;
+        }
+        let Some(reply) = server_message(&self.server, &message, &self.changed) else {
+            return;
+        };
+        let request = self.request(Some(state), &HeaderMap::new()).json(&reply);
+        tokio::spawn(async move {
+            // Best effort: a server that wanted the reply asks again.
+            let _ = request.send().await;
+        });
     }
 
     pub(super) async fn notify(&self, method: &str, state: &SessionState) -> Result<(), String> {
@@ -79,11 +180,7 @@ impl Transport {
             ));
         }
         let session_id = response.headers().get("mcp-session-id").cloned();
-        let is_stream = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|value| value.to_str().ok())
-            .is_some_and(|value| value.starts_with("text/event-stream"));
+        let is_stream = is_event_stream(&response);
         if !status.is_success() {
             let body = read_limited(response).await.unwrap_or_default();
             return Err(Failure::Other(format!(
@@ -92,7 +189,7 @@ impl Transport {
             )));
         }
         let answer = if is_stream {
-            answer_in_stream(response, id).await?
+            self.answer_in_stream(response, id, state).await?
         } else {
             let body = read_limited(response).await.map_err(Failure::Other)?;
             serde_json::from_str(&body)
@@ -100,6 +197,27 @@ impl Transport {
         };
         Ok((answer, session_id))
     }
+}
+
+/// Whether `response` is an event stream.
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"))
+}
+
+/// `request` in the session `state`: its protocol revision and id.
+fn with_session(
+    mut request: reqwest::RequestBuilder,
+    state: &SessionState,
+) -> reqwest::RequestBuilder {
+    request = request.header("mcp-protocol-version", state.protocol.clone());
+    if let Some(id) = &state.id {
+        request = request.header("mcp-session-id", id.clone());
+    }
+    request
 }
 
 /// `url` as errors show it: without a password or query, where a
@@ -114,30 +232,43 @@ pub(super) fn shown_url(url: &str) -> String {
     url.to_string()
 }
 
-/// Reads an event stream until the message answering request `id`.
-async fn answer_in_stream(response: reqwest::Response, id: u64) -> Result<Value, Failure> {
-    let mut events = EventReader::default();
-    let mut read = 0;
-    let mut body = response.bytes_stream();
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|e| Failure::Other(format!("reading the stream failed: {e}")))?;
-        read += chunk.len();
-        if read > MAX_RESPONSE_BYTES {
-            return Err(Failure::Other(format!(
-                "the stream passed {MAX_RESPONSE_BYTES} bytes without the answer"
-            )));
-        }
-        for data in events.push(&chunk) {
-            if let Some(answer) = answer_to(&data, id) {
-                return Ok(answer);
+impl Transport {
+    /// Reads an event stream until the message answering request `id`,
+    /// taking in the server's own messages met before it (in the session
+    /// `state`, when there is one).
+    async fn answer_in_stream(
+        &self,
+        response: reqwest::Response,
+        id: u64,
+        state: Option<&SessionState>,
+    ) -> Result<Value, Failure> {
+        let mut events = EventReader::default();
+        let mut read = 0;
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| Failure::Other(format!("reading the stream failed: {e}")))?;
+            read += chunk.len();
+            if read > MAX_RESPONSE_BYTES {
+                return Err(Failure::Other(format!(
+                    "the stream passed {MAX_RESPONSE_BYTES} bytes without the answer"
+                )));
+            }
+            for data in events.push(&chunk) {
+                if let Some(answer) = answer_to(&data, id) {
+                    return Ok(answer);
+                }
+                if let Some(state) = state {
+                    self.take_message(&data, state);
+                }
             }
         }
+        match events.finish() {
+            Some(data) => answer_to(&data, id),
+            None => None,
+        }
+        .ok_or_else(|| Failure::Other("the stream ended without the answer".into()))
     }
-    match events.finish() {
-        Some(data) => answer_to(&data, id),
-        None => None,
-    }
-    .ok_or_else(|| Failure::Other("the stream ended without the answer".into()))
 }
 
 /// The event's message, when it answers request `id` (a stream may also
@@ -170,6 +301,11 @@ impl EventReader {
             }
         }
         events
+    }
+
+    /// Bytes held of an event not yet ended.
+    fn pending(&self) -> usize {
+        self.line.len() + self.data.as_ref().map_or(0, String::len)
     }
 
     /// The last event, when the stream ended without its blank line.
