@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use skillhost::embed::SkillHost;
+use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::skills::{FailureKind, ReloadEvent, ReloadOutcome};
 use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
@@ -596,6 +596,7 @@ async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
     // The server adds lookupOrder and says so: the skill naming it loads,
     // without a restart.
     let mut reloads = host.skills().subscribe();
+    let mut told = host.subscribe();
     let offer = |tool: &str, offered: bool| {
         let tools = host.tools();
         let arguments = json!({"tool": tool, "offered": offered});
@@ -605,6 +606,19 @@ async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
     let loaded = change_of(&mut reloads, &order_desk).await;
     assert_eq!(loaded.outcome, ReloadOutcome::Loaded);
     assert_eq!(loaded.new.unwrap().name.as_str(), "orderDesk");
+    let change = loop {
+        if let HostEvent::Tools(change) = told.recv().await.unwrap() {
+            break change;
+        }
+    };
+    assert_eq!(
+        (
+            change.server.as_deref(),
+            &change.added[..],
+            change.removed.len()
+        ),
+        (Some("crm"), &["lookupOrder".to_owned()][..], 0)
+    );
     assert_eq!(
         host.tools()
             .call("lookupOrder", json!({"id": "A1"}))

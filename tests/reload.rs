@@ -1362,6 +1362,97 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
     assert!(host.invoke("processRefund", input).is_err(), "unloaded");
 }
 
+/// An embedder's tools replaced on a running host: the skill calling a tool
+/// gone is unloaded, saying which, while a run it started before keeps the
+/// tools it started with, and its approved write runs; with the tool back,
+/// the skill loads again.
+#[tokio::test]
+async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_theirs() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["processRefund", "inquireOrderStatus"] {
+        let file = format!("{name}.wasm");
+        std::fs::copy(
+            repo_root().join("skills").join(&file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let db = Arc::new(DemoDb::in_memory().unwrap());
+    let host = SkillHost::builder(dir.path(), demo_policy())
+        .demo_tools(db.clone())
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    let mut events = host.subscribe();
+    let input = json!({"orderId": "88231", "reason": "broken"});
+    let run = host.invoke("processRefund", input.clone()).unwrap();
+    let pending = loop {
+        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
+            break pending;
+        }
+    };
+
+    let all = host.tools();
+    let mut without = ToolRegistry::clone(&all);
+    assert!(without.remove("applyRefund"));
+    let replaced = host.replace_tools(without).await;
+    let change = &replaced.tools;
+    assert_eq!(
+        (
+            &change.server,
+            &change.removed,
+            &change.added,
+            &change.changed
+        ),
+        (&None, &vec!["applyRefund".to_owned()], &vec![], &vec![])
+    );
+    let [unloaded] = replaced.reloads.as_slice() else {
+        panic!("one change: {replaced:?}");
+    };
+    assert_eq!(unloaded.path, dir.path().join("processRefund.wasm"));
+    let ReloadOutcome::Unresolved { reason } = &unloaded.outcome else {
+        panic!("not unresolved: {unloaded:?}");
+    };
+    assert!(
+        reason.contains("`applyRefund`, which is not a registered tool"),
+        "{reason}"
+    );
+    // Subscribers are told, before what it unloaded.
+    let told = loop {
+        match events.recv().await.unwrap() {
+            HostEvent::Tools(change) => break change,
+            HostEvent::Reload(reload) => panic!("a reload before the tools: {reload:?}"),
+            _ => {}
+        }
+    };
+    assert_eq!(&told, change);
+    assert!(
+        host.invoke("processRefund", input.clone()).is_err(),
+        "unloaded"
+    );
+    let status = host.invoke("inquireOrderStatus", json!({"orderId": "88231"}));
+    let outcome = status.unwrap().result().await.unwrap().outcome;
+    assert!(matches!(outcome, CallOutcome::Done { .. }), "{outcome:?}");
+
+    // The run started before calls the tool it started with.
+    host.approve(pending.id.as_str()).unwrap();
+    let outcome = run.result().await.unwrap().outcome;
+    assert!(matches!(outcome, CallOutcome::Done { .. }), "{outcome:?}");
+    assert_eq!(db.refunds_for("88231").unwrap().len(), 1);
+
+    let back = host.replace_tools(ToolRegistry::clone(&all)).await;
+    assert_eq!(back.tools.added, ["applyRefund"]);
+    assert!(matches!(
+        back.reloads[..],
+        [ReloadEvent {
+            outcome: ReloadOutcome::Loaded,
+            ..
+        }]
+    ));
+    assert!(host.snapshot().get("processRefund").is_some());
+}
+
 #[tokio::test]
 async fn a_scoped_key_signs_only_the_skills_and_tools_its_scope_names() {
     let alice = SigningKey::generate();

@@ -20,6 +20,7 @@ use crate::agent::{
 };
 use crate::skills::signature::{Fingerprint, SignaturePolicy};
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
+use crate::tools::ToolRegistry;
 
 /// Events kept for a subscriber that falls behind. Default: 1024 — a few
 /// seconds of a busy gateway's invocations.
@@ -27,7 +28,7 @@ const EVENT_BUFFER: usize = 1024;
 
 /// One thing that happened in a host, for [`SkillHost::subscribe`](super::SkillHost::subscribe).
 /// Serialized with a `type` field naming the variant (`reload`, `trust`,
-/// `invocation`, `confirmation_pending`, `confirmation_resolved`).
+/// `tools`, `invocation`, `confirmation_pending`, `confirmation_resolved`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -37,6 +38,9 @@ pub enum HostEvent {
     /// The signature policy was replaced: a key added, rotated or revoked.
     /// What that unloaded or loaded follows as reloads.
     Trust(TrustChange),
+    /// The tools were replaced: an MCP server's listed again, or the
+    /// embedder's own. What that unloaded or loaded follows as reloads.
+    Tools(ToolsChange),
     /// A skill invocation finished, whether the agent or a caller of
     /// [`SkillHost::invoke`](super::SkillHost::invoke) started it.
     Invocation(Invocation),
@@ -57,13 +61,14 @@ pub enum HostEvent {
 }
 
 impl HostEvent {
-    /// The `type` field: `reload`, `trust`, `invocation`,
+    /// The `type` field: `reload`, `trust`, `tools`, `invocation`,
     /// `confirmation_pending` or `confirmation_resolved` (the SSE event name
     /// in the gateway).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Reload(_) => "reload",
             Self::Trust(_) => "trust",
+            Self::Tools(_) => "tools",
             Self::Invocation(_) => "invocation",
             Self::ConfirmationPending(_) => "confirmation_pending",
             Self::ConfirmationResolved { .. } => "confirmation_resolved",
@@ -105,6 +110,54 @@ impl TrustChange {
                 .collect(),
             keys,
         }
+    }
+}
+
+/// Tools replaced on a running host (an MCP server's listed again, or
+/// [`SkillHost::replace_tools`](super::SkillHost::replace_tools)): what
+/// changed, by tool name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ToolsChange {
+    /// The MCP server whose tools were listed again; `None` when the
+    /// embedder replaced the tools.
+    pub server: Option<String>,
+    /// The tools new.
+    pub added: Vec<String>,
+    /// The tools gone.
+    pub removed: Vec<String>,
+    /// The tools kept whose description, parameters or access changed.
+    pub changed: Vec<String>,
+}
+
+impl ToolsChange {
+    /// From the tools `before` to those `after`, `server`'s doing.
+    pub(super) fn between(
+        server: Option<String>,
+        before: &ToolRegistry,
+        after: &ToolRegistry,
+    ) -> Self {
+        let names = |tools: &ToolRegistry, of: &ToolRegistry, differ: bool| -> Vec<String> {
+            tools
+                .specs()
+                .filter(|spec| match of.get(&spec.name) {
+                    None => !differ,
+                    Some(other) => differ && other.spec() != *spec,
+                })
+                .map(|spec| spec.name.clone())
+                .collect()
+        };
+        Self {
+            server,
+            added: names(after, before, false),
+            removed: names(before, after, false),
+            changed: names(after, before, true),
+        }
+    }
+
+    /// Whether nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
     }
 }
 
@@ -154,6 +207,25 @@ impl Observers {
             // A subscriber that left since is fine.
             let _ = self.events.send(make());
         }
+    }
+
+    /// Logs replaced tools and tells the subscribers.
+    pub(super) fn tools(&self, change: &ToolsChange) {
+        let listed = |names: &[String]| match names {
+            [] => "none".to_owned(),
+            names => names.join(", "),
+        };
+        tracing::info!(
+            server = change
+                .server
+                .as_deref()
+                .unwrap_or("none (the embedder's tools)"),
+            added = listed(&change.added),
+            removed = listed(&change.removed),
+            changed = listed(&change.changed),
+            "tools replaced"
+        );
+        self.publish(|| HostEvent::Tools(change.clone()));
     }
 
     /// Logs a replaced trust store (an audit trail of who is trusted) and
@@ -288,5 +360,53 @@ impl RunTracking {
             // Rounds, compactions, handovers, text: nothing the host counts.
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::tools::{Access, StandIn, ToolSpec};
+
+    fn tools(specs: &[(&str, Access)]) -> ToolRegistry {
+        let mut tools = ToolRegistry::new();
+        for (name, access) in specs {
+            let spec = ToolSpec {
+                name: (*name).to_owned(),
+                description: "A tool.".into(),
+                parameters: json!({"type": "object"}),
+                access: *access,
+            };
+            tools
+                .register(Arc::new(StandIn::new(spec, "never called")))
+                .unwrap();
+        }
+        tools
+    }
+
+    #[test]
+    fn a_tools_change_names_the_tools_added_removed_and_changed() {
+        let before = tools(&[
+            ("kept", Access::Read),
+            ("gone", Access::Read),
+            ("now", Access::Read),
+        ]);
+        let after = tools(&[
+            ("kept", Access::Read),
+            ("now", Access::Write),
+            ("new", Access::Read),
+        ]);
+        let change = ToolsChange::between(Some("crm".into()), &before, &after);
+        assert_eq!(
+            (change.added, change.removed, change.changed),
+            (
+                vec!["new".to_owned()],
+                vec!["gone".to_owned()],
+                vec!["now".to_owned()]
+            )
+        );
+        assert!(ToolsChange::between(None, &before, &before).is_empty());
     }
 }

@@ -5,13 +5,13 @@
 //! ([`SkillRegistry::replace_tools`]): skills that name a new tool load,
 //! skills whose tool went are unloaded, runs under way keep theirs.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::events::{Observers, ToolsChange};
 use crate::skills::{ReloadEvent, SkillRegistry};
 use crate::tools::mcp::McpConnection;
-use crate::tools::{Tool, ToolRegistry, ToolSpec};
+use crate::tools::{Tool, ToolRegistry};
 
 /// The shortest time between two relists of one server that follow its
 /// changes. A server that forgets every session would otherwise be
@@ -22,11 +22,13 @@ const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 /// The servers of one host.
 pub(super) struct McpServers {
     skills: Arc<SkillRegistry>,
+    /// Told of each change.
+    observers: Arc<Observers>,
     servers: Vec<McpConnection>,
-    /// The specs of the tools taken from each server now, by index. Held
+    /// The names of the tools taken from each server now, by index. Held
     /// while a server is relisted: each relist builds on the tools the one
     /// before put in place.
-    taken: tokio::sync::Mutex<Vec<Vec<ToolSpec>>>,
+    taken: tokio::sync::Mutex<Vec<Vec<String>>>,
 }
 
 impl McpServers {
@@ -34,14 +36,16 @@ impl McpServers {
     /// (registered in `skills`' tools).
     pub(super) fn new(
         skills: Arc<SkillRegistry>,
+        observers: Arc<Observers>,
         connected: Vec<(McpConnection, Vec<Arc<dyn Tool>>)>,
     ) -> Self {
         let (servers, taken) = connected
             .into_iter()
-            .map(|(connection, tools)| (connection, specs(&tools)))
+            .map(|(connection, tools)| (connection, names(&tools)))
             .unzip();
         Self {
             skills,
+            observers,
             servers,
             taken: tokio::sync::Mutex::new(taken),
         }
@@ -73,8 +77,8 @@ impl McpServers {
         events
     }
 
-    /// Lists `server`'s tools again and, when they differ from those taken
-    /// before, replaces them in the host's tools. A server that cannot be
+    /// Lists server `index`'s tools again and, when they differ from those
+    /// taken before, replaces them in the host's tools. A server that cannot be
     /// listed, or that now lists a tool another tool's name has, keeps the
     /// tools taken before; the log says why.
     async fn relist(&self, index: usize) -> Vec<ReloadEvent> {
@@ -88,15 +92,11 @@ impl McpServers {
                 return Vec::new();
             }
         };
-        let before = &taken[index];
-        let now = specs(&tools);
-        if now == *before {
-            tracing::info!(server = name, "MCP server's tools listed again: no change");
-            return Vec::new();
-        }
-        let mut next = ToolRegistry::clone(&self.skills.tools());
-        for spec in before {
-            next.remove(&spec.name);
+        let now = names(&tools);
+        let current = self.skills.tools();
+        let mut next = ToolRegistry::clone(&current);
+        for name in &taken[index] {
+            next.remove(name);
         }
         for tool in tools {
             if let Err(error) = next.register(tool) {
@@ -107,32 +107,18 @@ impl McpServers {
                 return Vec::new();
             }
         }
-        let names = |specs: &[ToolSpec]| -> BTreeSet<String> {
-            specs.iter().map(|spec| spec.name.clone()).collect()
-        };
-        let (was, is) = (names(before), names(&now));
-        let listed = |names: Vec<&String>| match names.as_slice() {
-            [] => "none".to_owned(),
-            names => names
-                .iter()
-                .map(|name| name.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-        };
-        tracing::info!(
-            server = name,
-            added = listed(is.difference(&was).collect()),
-            removed = listed(was.difference(&is).collect()),
-            "MCP server's tools changed; the host's tools follow"
-        );
+        let change = ToolsChange::between(Some(name.to_owned()), &current, &next);
+        if change.is_empty() {
+            tracing::info!(server = name, "MCP server's tools listed again: no change");
+            return Vec::new();
+        }
+        self.observers.tools(&change);
         taken[index] = now;
         self.skills.replace_tools(next).await
     }
 }
 
-/// The specs of `tools`, in order of name.
-fn specs(tools: &[Arc<dyn Tool>]) -> Vec<ToolSpec> {
-    let mut specs: Vec<ToolSpec> = tools.iter().map(|tool| tool.spec().clone()).collect();
-    specs.sort_by(|a, b| a.name.cmp(&b.name));
-    specs
+/// The names of `tools`.
+fn names(tools: &[Arc<dyn Tool>]) -> Vec<String> {
+    tools.iter().map(|tool| tool.spec().name.clone()).collect()
 }

@@ -58,7 +58,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-pub use events::{HostEvent, Invocation, TrustChange};
+pub use events::{HostEvent, Invocation, ToolsChange, TrustChange};
 pub use metrics::HostMetrics;
 
 use crate::agent::catalog::DisclosureConfig;
@@ -346,7 +346,11 @@ impl SkillHostBuilder {
             skills.clone(),
             observers.clone(),
         )));
-        let mcp = Arc::new(McpServers::new(skills.clone(), connected));
+        let mcp = Arc::new(McpServers::new(
+            skills.clone(),
+            observers.clone(),
+            connected,
+        ));
         let following = (0..mcp.len())
             .map(|index| AbortOnDrop(tokio::spawn(mcp.clone().follow(index))))
             .collect();
@@ -427,6 +431,16 @@ pub struct PolicyReplaced {
     /// The keys trusted now, against before.
     pub trust: TrustChange,
     /// What changed in the skill files known ([`SkillRegistry::replace_policy`]).
+    pub reloads: Vec<ReloadEvent>,
+}
+
+/// What [`SkillHost::replace_tools`] did.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ToolsReplaced {
+    /// The tools now, against before.
+    pub tools: ToolsChange,
+    /// What changed in the skill files known ([`SkillRegistry::replace_tools`]).
     pub reloads: Vec<ReloadEvent>,
 }
 
@@ -652,8 +666,16 @@ impl SkillHost {
     /// tools they started with. Tools the host takes from MCP servers are
     /// its own to follow: leave them in `tools` as [`SkillHost::tools`]
     /// has them.
-    pub async fn replace_tools(&self, tools: ToolRegistry) -> Vec<ReloadEvent> {
-        self.inner.skills.replace_tools(tools).await
+    /// Subscribers get the [`ToolsChange`] (also logged, at info), then
+    /// what it changed as reload events.
+    pub async fn replace_tools(&self, tools: ToolRegistry) -> ToolsReplaced {
+        let change = ToolsChange::between(None, &self.tools(), &tools);
+        self.inner.observers.tools(&change);
+        let reloads = self.inner.skills.replace_tools(tools).await;
+        ToolsReplaced {
+            tools: change,
+            reloads,
+        }
     }
 
     /// Lists the tools of every MCP server the host takes tools from again

@@ -19,7 +19,7 @@
 //! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
 //! | `POST /mcp` | API | the skills as MCP tools (Streamable HTTP, stateless, JSON answers): `initialize`, `tools/list`, `tools/call` (an invocation; a held write parks it and the result says where to approve) |
 //! | `GET /mcp` | API | SSE: `notifications/tools/list_changed` whenever a reload changes the skills (`Accept: text/event-stream`, else 406) |
-//! | `GET /v1/events` | admin | SSE: `reload`, `trust`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
+//! | `GET /v1/events` | admin | SSE: `reload`, `trust`, `tools`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
 //! | `GET /healthz` | open | liveness (always 200) and a summary: skills loaded, failures, LLM configured; `degraded`, with `problems`, while the skills directory cannot be read or files in it did not load |
