@@ -2385,6 +2385,73 @@ async fn an_mcp_server_the_config_file_starts_as_a_command_serves_its_tools() {
     assert_eq!(received.matches("tools/call lookupCustomer").count(), 1);
 }
 
+/// `tools` lists what a manifest may name: the demo shop's tools and the
+/// config file's HTTP tools and MCP servers' (the server asked), each with
+/// its access and whether a call waits for approval under the file's policy.
+#[tokio::test]
+async fn tools_lists_every_tool_a_skill_may_name_with_its_source_and_approval() {
+    let work = Workdir::new();
+    let log = work.path("received");
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"whoAmI\"\ndescription = \"Who the CRM sees.\"\n\
+             access = \"read\"\nurl = \"http://127.0.0.1:9/api/whoami\"\n\
+             headers = {{ Authorization = \"Bearer ${{CRM_TOKEN_NOT_SET}}\" }}\n\
+             parameters = {{ type = \"object\" }}\n\n\
+             [[mcp_servers]]\nname = \"crm\"\ncommand = {:?}\nargs = [{:?}, {:?}]\n\
+             tools = [\"lookupCustomer\", \"offer\"]\nread = [\"lookupCustomer\"]\n\n\
+             [confirmation]\nalways_ask = [\"queryOrder\"]\n",
+            python(),
+            STDIO_SERVER,
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let (listing, _) = expect_code(
+        &output(&mut work.command(&["tools", "--config", config])).await,
+        0,
+    );
+    let line = |name: &str| {
+        listing
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in:\n{listing}"))
+            .split_whitespace()
+            .take(4)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert!(listing.starts_with("25 tool(s)"), "{listing}");
+    assert_eq!(line("lookupCustomer"), "lookupCustomer read MCP crm");
+    assert_eq!(line("offer"), "offer write asks MCP");
+    assert_eq!(line("whoAmI"), "whoAmI read HTTP tool");
+    assert_eq!(line("queryOrder"), "queryOrder read asks demo");
+    assert_eq!(line("applyRefund"), "applyRefund write asks demo");
+
+    let (json, _) = expect_code(
+        &output(&mut work.command(&["tools", "--config", config, "--json"])).await,
+        0,
+    );
+    let tools: Vec<Value> = serde_json::from_str(&json).unwrap();
+    let lookup = tools
+        .iter()
+        .find(|tool| tool["name"] == "lookupCustomer")
+        .unwrap();
+    assert_eq!(
+        (
+            &lookup["source"],
+            &lookup["server"],
+            &lookup["access"],
+            &lookup["approval"]
+        ),
+        (&json!("mcp"), &json!("crm"), &json!("read"), &json!(false))
+    );
+    assert_eq!(lookup["parameters"]["required"], json!(["id"]));
+}
+
 /// `ask`, `chat` and `run` act for the user `--header` names, as `serve`
 /// acts for the one a request names.
 #[tokio::test]

@@ -16,6 +16,7 @@ mod serve;
 mod sign;
 mod skills;
 mod test;
+mod tools;
 mod trace;
 mod trust;
 
@@ -229,6 +230,11 @@ enum Command {
     /// waiting for an approval, resumed at the next start, and those whose
     /// approved call a stop interrupted.
     Runs(runs::RunsArgs),
+    /// List the tools a skill may call or unlock — the demo shop's, the
+    /// config file's HTTP tools and its MCP servers' (each server asked) —
+    /// with whether each reads or writes and whether a call waits for
+    /// approval.
+    Tools(tools::ToolsArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -272,6 +278,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Test(args) => test::test(&args).await,
         Command::Mcp(args) => mcp::mcp(&args).await,
         Command::Runs(args) => runs::runs(&args),
+        Command::Tools(args) => tools::tools(&args).await,
     }
 }
 
@@ -584,7 +591,8 @@ impl Command {
             | Command::Verify(_)
             | Command::Pack(_)
             | Command::Inspect(_)
-            | Command::Runs(_) => None,
+            | Command::Runs(_)
+            | Command::Tools(_) => None,
         }
     }
 }
