@@ -1873,6 +1873,35 @@ async fn api_and_admin_keys_guard_their_routes() {
         get("/v1/confirmations", Some("admin-key")).await.status(),
         StatusCode::OK
     );
+    let (status, tools) = read(get("/v1/tools", Some("admin-key")).await).await;
+    assert_eq!(status, StatusCode::OK);
+    let listed: Vec<(&str, &str, bool)> = tools["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| {
+            let access = tool["access"].as_str().unwrap();
+            (
+                tool["name"].as_str().unwrap(),
+                access,
+                tool["approval"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("applyRefund", "write", true),
+            ("getCurrentTime", "read", false),
+            ("queryLogistics", "read", false),
+            ("queryOrder", "read", false),
+            ("searchKnowledge", "read", false),
+        ]
+    );
+    assert_eq!(
+        get("/v1/tools", Some("api-key-1")).await.status(),
+        StatusCode::FORBIDDEN
+    );
     // Health is always open.
     assert_eq!(get("/healthz", None).await.status(), StatusCode::OK);
     // A POST is checked before its body is read.

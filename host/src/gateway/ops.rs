@@ -92,6 +92,29 @@ pub async fn pending_confirmations(
     Json(json!({"object": "list", "data": pending}))
 }
 
+/// `GET /v1/tools`: the tools skills may call and unlock now (an MCP
+/// server's as last listed), by name, each with its access, whether a call
+/// waits for a person's approval, and its parameters.
+pub async fn tools(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let policy = &state.host.agent().config().confirmation;
+    let tools: Vec<Value> = state
+        .host
+        .tools()
+        .specs()
+        .map(|spec| {
+            json!({
+                "object": "tool",
+                "name": spec.name,
+                "access": spec.access,
+                "approval": policy.requires(spec),
+                "description": spec.description,
+                "parameters": spec.parameters,
+            })
+        })
+        .collect();
+    Json(json!({"object": "list", "data": tools}))
+}
+
 /// `GET /v1/events`: the host's events as SSE, named by their `type`; a
 /// client that falls behind gets a `lagged` event with how many it missed.
 /// Ends when the gateway shuts down.
