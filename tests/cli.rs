@@ -1399,6 +1399,79 @@ async fn a_chat_waiting_for_approval_is_kept_across_a_restart() {
     );
 }
 
+/// An exit that cuts a run short after its write was approved and ran
+/// says so: the run's record stays for the next start to tell of.
+#[tokio::test]
+async fn serve_cut_short_names_the_runs_stopped_after_an_approved_call() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![
+        refund_call(),
+        Step::text("Refunded.").delay(Duration::from_secs(30)),
+    ])
+    .await;
+    let mut command = work.host_command(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--runs-dir",
+            "runs",
+            "--shutdown-grace",
+            "1",
+        ],
+        &bundled(),
+    );
+    with_llm(&mut command, &llm);
+    let Serving {
+        child: mut serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let pending: Value = http
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"messages": [{"role": "user", "content": REFUND_REQUEST}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let confirmation = pending["skillhost"]["confirmation"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no confirmation: {pending:#}"))
+        .to_owned();
+    // The answer waits for the model, which is slow.
+    let answer = tokio::spawn(
+        http.post(format!("{base}/v1/confirmations/{confirmation}"))
+            .json(&json!({"decision": "approve"}))
+            .send(),
+    );
+    let asked_again = async {
+        while llm.requests().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), asked_again)
+        .await
+        .expect("the model asked for the answer within 30 s");
+    assert_eq!(work.refunds_of_88231(), 1);
+
+    terminate(&serve).await;
+    let (status, said) = ended(&mut serve, &mut stderr).await;
+    assert_eq!(status.code(), Some(1), "{said}");
+    assert!(
+        said.contains(
+            "1 run(s) are cut short after their call was approved: applyRefund: orderId '88231', \
+             reason 'the robot vacuum is broken' (it returned); the next start tells their \
+             requesters, and `skillhost runs --runs-dir runs` lists them"
+        ),
+        "{said}"
+    );
+    answer.abort();
+}
+
 /// `serve` takes the config file's MCP servers' tools: the agent behind
 /// the chat endpoint calls one; a server it cannot reach stops the start.
 #[tokio::test]

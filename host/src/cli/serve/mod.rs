@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use skillhost::agent::{ConfirmationPolicy, PendingConfirmation};
+use skillhost::agent::{ConfirmationPolicy, PendingConfirmation, list_kept_runs};
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -262,6 +262,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         why = cut_short => {
             console::warn(&format!("{why}; exiting with requests or runs unfinished"));
             report_withdrawn(gateway.host());
+            report_interrupted(gateway.host());
             Ok(ExitCode::FAILURE)
         }
     }
@@ -340,6 +341,38 @@ fn report_withdrawn(host: &SkillHost) {
             summaries(&withdrawn)
         ));
     }
+}
+
+/// Warns of the runs an exit cuts short after a person approved their call:
+/// the approval stays on disk, and the next start tells the run's requester
+/// (and the approver) rather than run anything again.
+fn report_interrupted(host: &SkillHost) {
+    let Some(store) = host.run_store() else {
+        return;
+    };
+    let (kept, _) = list_kept_runs(store.dir());
+    let approved: Vec<String> = kept
+        .iter()
+        .filter(|run| run.approved_at.is_some())
+        .map(|run| {
+            let call = if run.returned.is_some() {
+                "it returned"
+            } else {
+                "under way"
+            };
+            format!("{} ({call})", run.summary)
+        })
+        .collect();
+    if approved.is_empty() {
+        return;
+    }
+    console::warn(&format!(
+        "{} run(s) are cut short after their call was approved: {}; the next start tells their \
+         requesters, and `skillhost runs --runs-dir {}` lists them",
+        approved.len(),
+        approved.join("; "),
+        store.dir().display()
+    ));
 }
 
 /// What loaded, what did not, limits set for skills that did not, and
