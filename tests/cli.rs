@@ -1187,14 +1187,7 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
             .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
             .send(),
     );
-    let reached = async {
-        while llm.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), reached)
-        .await
-        .expect("the chat did not reach the model within 30 s");
+    llm.asked(1).await;
     terminate(&serve).await;
     let (status, said) = ended(&mut serve, &mut stderr).await;
     assert_eq!(status.code(), Some(1), "{said}");
@@ -1448,14 +1441,7 @@ async fn serve_cut_short_names_the_runs_stopped_after_an_approved_call() {
             .json(&json!({"decision": "approve"}))
             .send(),
     );
-    let asked_again = async {
-        while llm.requests().len() < 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), asked_again)
-        .await
-        .expect("the model asked for the answer within 30 s");
+    llm.asked(2).await;
     assert_eq!(work.refunds_of_88231(), 1);
 
     terminate(&serve).await;

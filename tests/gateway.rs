@@ -2334,14 +2334,7 @@ async fn shutdown_lets_in_flight_requests_finish() {
         .json(&json!({"messages": [{"role": "user", "content": "hi"}]}))
         .send();
     let in_flight = tokio::spawn(request);
-    let reached = async {
-        while llm.requests().is_empty() {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), reached)
-        .await
-        .expect("the request never reached the model");
+    llm.asked(1).await;
     let url = served.url("/healthz");
     served.shutdown_under_way().await;
     // Still in flight: the model has not answered.
@@ -2376,14 +2369,8 @@ async fn shutdown_waits_for_a_run_answered_with_nobody_reading_it() {
         .host
         .approve(approved["id"].as_str().unwrap())
         .expect("approved through the library");
-    let reached = async {
-        while llm.requests().len() < 3 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), reached)
-        .await
-        .expect("the approved run never went back to the model");
+    // The approved run went back to the model.
+    llm.asked(3).await;
     assert_eq!(served.db.refunds_for("88231").unwrap().len(), 1);
     // The approved run is at work, the other waits.
     let metrics = served.http.get(served.url("/metrics")).send().await;

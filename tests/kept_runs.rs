@@ -557,9 +557,7 @@ fn a_run_stopped_after_its_approved_call_returned_is_told_with_what_the_call_ret
             }
         }
         // The refund is written and the model asked for the answer.
-        while llm.requests().len() < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
+        llm.asked(2).await;
         run.id.clone()
     });
     drop(process);

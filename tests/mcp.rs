@@ -5,7 +5,7 @@
 //! standard streams: started again when it ends, told when a call is given up.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -668,9 +668,9 @@ async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
     assert_eq!(listings, 4, "{received:?}");
 }
 
-#[tokio::test]
-async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restarted() {
-    let server = McpServer::default();
+/// A host following `server` (started), whose one skill, reportDesk,
+/// calls customerReport: the host, its skills directory, the skill's file.
+async fn report_desk_following(server: &McpServer) -> (SkillHost, tempfile::TempDir, PathBuf) {
     let url = server.start().await;
     let skills = skills_calling(&[("reportDesk", "customerReport")]);
     let report_desk = skills.path().join("reportDesk.wasm");
@@ -681,6 +681,13 @@ async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restar
         .await
         .unwrap();
     assert!(host.snapshot().get("reportDesk").is_some());
+    (host, skills, report_desk)
+}
+
+#[tokio::test]
+async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restarted() {
+    let server = McpServer::default();
+    let (host, _skills, report_desk) = report_desk_following(&server).await;
 
     // Deployed without customerReport: at the operator's word (SIGHUP in
     // `serve`), the host lists the tools again and the skill goes.
@@ -714,15 +721,7 @@ async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restar
 #[tokio::test]
 async fn a_host_follows_a_server_at_a_url_that_says_on_its_stream_that_its_tools_changed() {
     let server = McpServer::default().streaming();
-    let url = server.start().await;
-    let skills = skills_calling(&[("reportDesk", "customerReport")]);
-    let report_desk = skills.path().join("reportDesk.wasm");
-    let host = SkillHost::builder(skills.path(), demo_policy())
-        .mcp_server(declared(&url))
-        .hot_reload(false)
-        .build()
-        .await
-        .unwrap();
+    let (host, _skills, report_desk) = report_desk_following(&server).await;
     let mut reloads = host.skills().subscribe();
 
     server.offer("customerReport", false);

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-use skillhost::agent::{Agent, CallOutcome};
+use skillhost::agent::{Agent, CallOutcome, PendingConfirmation, RunHandle, SkillOutput};
 use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::runtime::{RunOutcome, Runtime, RuntimeConfig, SkillComponent, digest_of};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
@@ -1289,6 +1289,44 @@ async fn a_revoked_version_whose_file_holds_a_refused_update_goes_and_the_update
     assert_eq!(events[0].new.as_ref().unwrap().version, "2.0.0");
 }
 
+/// `skill` invoked on `host` with `input`, waiting for its write's
+/// approval: the run, its confirmation, and the host's events from before
+/// the run started.
+async fn waiting_for_approval(
+    host: &SkillHost,
+    skill: &str,
+    input: &Value,
+) -> (
+    RunHandle<SkillOutput>,
+    PendingConfirmation,
+    broadcast::Receiver<HostEvent>,
+) {
+    let mut events = host.subscribe();
+    let run = host.invoke(skill, input.clone()).unwrap();
+    loop {
+        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
+            return (run, pending, events);
+        }
+    }
+}
+
+/// The first of `events` that `pick` takes, none before it a reload: a
+/// change is told before what it unloaded or loaded.
+async fn told_before_reloads<T>(
+    events: &mut broadcast::Receiver<HostEvent>,
+    pick: impl Fn(HostEvent) -> Option<T>,
+) -> T {
+    loop {
+        let event = events.recv().await.unwrap();
+        if let HostEvent::Reload(reload) = &event {
+            panic!("a reload before the change: {reload:?}");
+        }
+        if let Some(picked) = pick(event) {
+            return picked;
+        }
+    }
+}
+
 /// Revoking a key stops its code, not only its next loads: steps waiting
 /// for an approval when their signer is revoked do not run again. The call
 /// a person approved runs as approved, and the run says so.
@@ -1305,14 +1343,8 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
         .build()
         .await
         .unwrap();
-    let mut events = host.subscribe();
     let input = json!({"orderId": "88231", "reason": "broken"});
-    let run = host.invoke("processRefund", input.clone()).unwrap();
-    let pending = loop {
-        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
-            break pending;
-        }
-    };
+    let (run, pending, mut events) = waiting_for_approval(&host, "processRefund", &input).await;
 
     let replaced = host.replace_signature_policy(trusting(&[&bob])).await;
     assert!(
@@ -1335,13 +1367,11 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
         (&vec![bob_key], &vec![bob_key], &vec![alice_key])
     );
     // Subscribers are told, before what it unloaded.
-    let told = loop {
-        match events.recv().await.unwrap() {
-            HostEvent::Trust(change) => break change,
-            HostEvent::Reload(reload) => panic!("a reload before the trust change: {reload:?}"),
-            _ => {}
-        }
-    };
+    let told = told_before_reloads(&mut events, |event| match event {
+        HostEvent::Trust(change) => Some(change),
+        _ => None,
+    })
+    .await;
     assert_eq!(&told, trust);
     host.approve(pending.id.as_str()).unwrap();
     let CallOutcome::Failed { error } = run.result().await.unwrap().outcome else {
@@ -1384,14 +1414,8 @@ async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_their
         .build()
         .await
         .unwrap();
-    let mut events = host.subscribe();
     let input = json!({"orderId": "88231", "reason": "broken"});
-    let run = host.invoke("processRefund", input.clone()).unwrap();
-    let pending = loop {
-        if let HostEvent::ConfirmationPending(pending) = events.recv().await.unwrap() {
-            break pending;
-        }
-    };
+    let (run, pending, mut events) = waiting_for_approval(&host, "processRefund", &input).await;
 
     let all = host.tools();
     let mut without = ToolRegistry::clone(&all);
@@ -1419,13 +1443,11 @@ async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_their
         "{reason}"
     );
     // Subscribers are told, before what it unloaded.
-    let told = loop {
-        match events.recv().await.unwrap() {
-            HostEvent::Tools(change) => break change,
-            HostEvent::Reload(reload) => panic!("a reload before the tools: {reload:?}"),
-            _ => {}
-        }
-    };
+    let told = told_before_reloads(&mut events, |event| match event {
+        HostEvent::Tools(change) => Some(change),
+        _ => None,
+    })
+    .await;
     assert_eq!(&told, change);
     assert!(
         host.invoke("processRefund", input.clone()).is_err(),

@@ -285,6 +285,18 @@ impl ScriptedLlm {
         self.shared.requests.lock().unwrap().clone()
     }
 
+    /// Waits until the server has received `count` requests, at most 30 s.
+    pub async fn asked(&self, count: usize) {
+        let reached = async {
+            while self.requests().len() < count {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), reached)
+            .await
+            .unwrap_or_else(|_| panic!("{count} request(s) did not reach the model within 30 s"));
+    }
+
     /// Steps not served yet.
     pub fn remaining(&self) -> usize {
         self.shared.script.lock().unwrap().len()
