@@ -756,3 +756,29 @@ async fn a_host_follows_a_server_at_a_url_that_says_on_its_stream_that_its_tools
         .await
         .unwrap_or_else(|_| panic!("listening to {:?}", server.listening()));
 }
+
+/// A stream that ends is opened again, and the tools listed again then:
+/// what the server said while no stream was open is not missed.
+#[tokio::test]
+async fn a_stream_opened_again_has_the_tools_listed_again() {
+    let server = McpServer::default().streaming();
+    let (host, _skills, report_desk) = report_desk_following(&server).await;
+    let mut reloads = host.skills().subscribe();
+    let open = async || {
+        while server.listening().is_empty() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), open())
+        .await
+        .unwrap();
+
+    // Dropped while the stream is down: nobody is told.
+    server.close_streams();
+    server.offer("customerReport", false);
+    let unloaded = change_of(&mut reloads, &report_desk).await;
+    assert!(matches!(unloaded.outcome, ReloadOutcome::Unresolved { .. }));
+    tokio::time::timeout(Duration::from_secs(10), open())
+        .await
+        .unwrap();
+}

@@ -119,6 +119,11 @@ impl McpServer {
         }
     }
 
+    /// Ends every stream open, as a proxy's idle timeout does.
+    pub fn close_streams(&self) {
+        self.inner.lock().unwrap().listeners.clear();
+    }
+
     /// The sessions a stream is open for.
     pub fn listening(&self) -> Vec<String> {
         let inner = self.inner.lock().unwrap();

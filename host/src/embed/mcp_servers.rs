@@ -109,7 +109,7 @@ impl McpServers {
         }
         let change = ToolsChange::between(Some(name.to_owned()), &current, &next);
         if change.is_empty() {
-            tracing::info!(server = name, "MCP server's tools listed again: no change");
+            tracing::debug!(server = name, "MCP server's tools listed again: no change");
             return Vec::new();
         }
         self.observers.tools(&change);

@@ -5,7 +5,7 @@
 //! session ([`Transport::listen`]) when the server offers one.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use reqwest::StatusCode;
@@ -21,9 +21,15 @@ use crate::tools::http::{MAX_RESPONSE_BYTES, read_limited, snippet};
 /// otherwise be waited on for ever.
 const LISTENING_SPAN: Duration = Duration::from_secs(300);
 
-/// The longest wait before a GET stream that ended is opened again; the
-/// wait doubles from a second while streams end without a message.
+/// The longest wait before a GET stream that broke is opened again; the
+/// wait doubles from a second while streams cannot be opened or end at once.
 const MAX_LISTEN_RETRY: Duration = Duration::from_secs(60);
+
+/// How long a GET stream lasts to be taken for one that works: one that
+/// ends after it is opened again at once; one that ends sooner, a second
+/// later at the soonest (a server that closes each stream at once is not
+/// asked again at once).
+const STEADY_STREAM: Duration = Duration::from_secs(10);
 
 /// A server reached over HTTP.
 #[derive(Clone)]
@@ -43,8 +49,12 @@ enum Listened {
     /// knows the session (`404`: the next call opens a new one, which is
     /// listened to in turn).
     Refused,
-    /// It ended or broke; `heard` whether a message came first.
-    Ended { heard: bool },
+    /// It lasted [`STEADY_STREAM`], and ended: at [`LISTENING_SPAN`], or
+    /// as the server closed it.
+    Ended,
+    /// It could not be opened (`opened` false), or ended sooner; `heard`
+    /// whether a message came meanwhile.
+    Broke { opened: bool, heard: bool },
 }
 
 impl Transport {
@@ -63,16 +73,27 @@ impl Transport {
 
     /// Listens to the stream of the server's own messages the session
     /// `state` may have (a GET), for as long as the returned task runs:
-    /// opened again when it ends, until the server refuses it.
+    /// opened again when it ends, until the server refuses it. Each stream
+    /// opened after the first tells the session the tools may have changed:
+    /// what the server said while no stream was open is not missed.
     pub(super) fn listen(&self, state: SessionState) -> tokio::task::JoinHandle<()> {
         let transport = self.clone();
         tokio::spawn(async move {
             let mut retry = Duration::from_secs(1);
+            let mut opened_before = false;
             loop {
-                match transport.listen_once(&state).await {
+                match transport.listen_once(&state, opened_before).await {
                     Listened::Refused => return,
-                    Listened::Ended { heard: true } => retry = Duration::from_secs(1),
-                    Listened::Ended { heard: false } => {}
+                    Listened::Ended => {
+                        (opened_before, retry) = (true, Duration::from_secs(1));
+                        continue;
+                    }
+                    Listened::Broke { opened, heard } => {
+                        opened_before |= opened;
+                        if heard {
+                            retry = Duration::from_secs(1);
+                        }
+                    }
                 }
                 tokio::time::sleep(retry).await;
                 retry = (retry * 2).min(MAX_LISTEN_RETRY);
@@ -81,8 +102,9 @@ impl Transport {
     }
 
     /// Reads one GET stream of the session `state` to its end, taking in
-    /// each message of the server's.
-    async fn listen_once(&self, state: &SessionState) -> Listened {
+    /// each message of the server's; tells the session once it is open
+    /// when `relist`.
+    async fn listen_once(&self, state: &SessionState, relist: bool) -> Listened {
         let request = self
             .http
             .get(&self.url)
@@ -101,9 +123,16 @@ impl Transport {
             Err(error) => {
                 let error = crate::text::error_chain(&error.without_url());
                 tracing::debug!(server = %self.server, %error, "MCP server's stream of its own messages not opened");
-                return Listened::Ended { heard: false };
+                return Listened::Broke {
+                    opened: false,
+                    heard: false,
+                };
             }
         };
+        if relist {
+            self.changed.notify_one();
+        }
+        let opened = Instant::now();
         let mut events = EventReader::default();
         let mut body = response.bytes_stream();
         let mut heard = false;
@@ -114,10 +143,17 @@ impl Transport {
             }
             // An event without its end bounds nothing else: cut it short.
             if events.pending() > MAX_RESPONSE_BYTES {
-                return Listened::Ended { heard };
+                break;
             }
         }
-        Listened::Ended { heard }
+        if opened.elapsed() >= STEADY_STREAM {
+            Listened::Ended
+        } else {
+            Listened::Broke {
+                opened: true,
+                heard,
+            }
+        }
     }
 
     /// Takes in a message the server sent of its own accord in the session
