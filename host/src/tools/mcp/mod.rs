@@ -157,6 +157,16 @@ pub struct McpError {
     reason: String,
 }
 
+impl McpError {
+    fn new(config: &McpServerConfig, place: &str, reason: String) -> Self {
+        Self {
+            server: config.name.clone(),
+            place: place.to_owned(),
+            reason,
+        }
+    }
+}
+
 /// Connects to the server `config` declares (starting it, for a
 /// `command`) and builds the tools it takes from it, reading `${VAR}`s in
 /// header and environment values through `env`.
@@ -173,8 +183,7 @@ pub async fn connect(
 /// may have changed ([`McpConnection::changed`]).
 pub struct McpConnection {
     config: McpServerConfig,
-    /// ` (its URL without credentials)`, ` (command `…`)`, or nothing
-    /// when the config gives neither: for [`McpError`]s.
+    /// Where the server is, as [`McpError`] says it.
     place: String,
     session: Arc<Session>,
 }
@@ -192,11 +201,7 @@ impl McpConnection {
             (None, Some(command)) => format!(" (command `{command}`)"),
             (None, None) => String::new(),
         };
-        let error = |reason: String| McpError {
-            server: config.name.clone(),
-            place: place.clone(),
-            reason,
-        };
+        let error = |reason| McpError::new(config, &place, reason);
         let changed = Arc::new(Notify::new());
         let (transport, forward) = transport(config, &env, &changed).map_err(&error)?;
         let session = Arc::new(Session {
@@ -230,8 +235,7 @@ impl McpConnection {
     /// Waits until the server's tools may have changed since they were
     /// last listed: the server said so (`notifications/tools/list_changed`),
     /// or a new session was opened with it (the server, or its process,
-    /// restarted).
-    /// A change before the wait began is not missed.
+    /// restarted). A change before the wait began is not missed.
     pub async fn changed(&self) {
         self.session.changed.notified().await;
     }
@@ -240,11 +244,7 @@ impl McpConnection {
     /// from it now. A name `tools` or `read` gives that the server no
     /// longer lists is logged, not an error: the server dropped the tool.
     pub async fn relist(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
-        let error = |reason: String| McpError {
-            server: self.config.name.clone(),
-            place: self.place.clone(),
-            reason,
-        };
+        let error = |reason| McpError::new(&self.config, &self.place, reason);
         let listed = self.session.list_tools().await.map_err(error)?;
         if let Err(missing) = check_named(&self.config, &listed) {
             tracing::warn!(server = %self.config.name, "MCP server's tools changed: {missing}");
@@ -254,7 +254,7 @@ impl McpConnection {
 }
 
 /// How `config` reaches its server, and the headers its calls forward;
-/// a stdio server's transport tells `changed` of a list change.
+/// the transport tells `changed` when the server says its tools changed.
 fn transport(
     config: &McpServerConfig,
     env: &impl Fn(&str) -> Option<String>,
