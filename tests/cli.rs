@@ -3054,6 +3054,19 @@ async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
         response.json().await.unwrap()
     };
     assert_eq!(listing().await["data"][0]["name"], "reportDesk");
+    let tools = async || -> Vec<(String, Value)> {
+        let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
+        let tools: Value = response.json().await.unwrap();
+        let tools = tools["data"].as_array().unwrap().iter();
+        let names = tools.map(|tool| {
+            (
+                tool["name"].as_str().unwrap().to_owned(),
+                tool["server"].clone(),
+            )
+        });
+        names.filter(|(name, _)| name == "customerReport").collect()
+    };
+    assert_eq!(tools().await, [("customerReport".to_owned(), json!("crm"))]);
 
     server.offer("customerReport", false);
     send_signal(&serve, "-HUP").await;
@@ -3066,6 +3079,7 @@ async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
         reason.contains("`customerReport`, which is not a registered tool"),
         "{reason}"
     );
+    assert_eq!(tools().await, []);
 
     server.offer("customerReport", true);
     send_signal(&serve, "-HUP").await;

@@ -620,6 +620,12 @@ async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
         (Some("crm"), &["lookupOrder".to_owned()][..], 0)
     );
     assert_eq!(
+        host.mcp_tool_servers()
+            .get("lookupOrder")
+            .map(String::as_str),
+        Some("crm")
+    );
+    assert_eq!(
         host.tools()
             .call("lookupOrder", json!({"id": "A1"}))
             .await

@@ -5,7 +5,8 @@
 //! ([`SkillRegistry::replace_tools`]): skills that name a new tool load,
 //! skills whose tool went are unloaded, runs under way keep theirs.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::events::{Observers, ToolsChange};
@@ -25,10 +26,11 @@ pub(super) struct McpServers {
     /// Told of each change.
     observers: Arc<Observers>,
     servers: Vec<McpConnection>,
-    /// The names of the tools taken from each server now, by index. Held
-    /// while a server is relisted: each relist builds on the tools the one
-    /// before put in place.
-    taken: tokio::sync::Mutex<Vec<Vec<String>>>,
+    /// Held while a server is relisted: each relist builds on the tools the
+    /// one before put in place.
+    relisting: tokio::sync::Mutex<()>,
+    /// The names of the tools taken from each server now, by index.
+    taken: Mutex<Vec<Vec<String>>>,
 }
 
 impl McpServers {
@@ -47,8 +49,25 @@ impl McpServers {
             skills,
             observers,
             servers,
-            taken: tokio::sync::Mutex::new(taken),
+            relisting: tokio::sync::Mutex::new(()),
+            taken: Mutex::new(taken),
         }
+    }
+
+    /// The server each tool taken from one comes from, by tool name.
+    pub(super) fn servers_of_tools(&self) -> BTreeMap<String, String> {
+        let taken = self.taken();
+        let servers = self.servers.iter().zip(taken.iter());
+        servers
+            .flat_map(|(server, names)| {
+                let server = server.server();
+                names.iter().map(|name| (name.clone(), server.to_owned()))
+            })
+            .collect()
+    }
+
+    fn taken(&self) -> MutexGuard<'_, Vec<Vec<String>>> {
+        self.taken.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// How many servers there are.
@@ -82,7 +101,7 @@ impl McpServers {
     /// listed, or that now lists a tool another tool's name has, keeps the
     /// tools taken before; the log says why.
     async fn relist(&self, index: usize) -> Vec<ReloadEvent> {
-        let mut taken = self.taken.lock().await;
+        let _relisting = self.relisting.lock().await;
         let server = &self.servers[index];
         let name = server.server();
         let tools = match server.relist().await {
@@ -95,7 +114,7 @@ impl McpServers {
         let now = names(&tools);
         let current = self.skills.tools();
         let mut next = ToolRegistry::clone(&current);
-        for name in &taken[index] {
+        for name in &self.taken()[index] {
             next.remove(name);
         }
         for tool in tools {
@@ -113,7 +132,7 @@ impl McpServers {
             return Vec::new();
         }
         self.observers.tools(&change);
-        taken[index] = now;
+        self.taken()[index] = now;
         self.skills.replace_tools(next).await
     }
 }

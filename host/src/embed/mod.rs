@@ -51,6 +51,7 @@ pub mod mcp;
 mod mcp_servers;
 pub mod metrics;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -676,6 +677,12 @@ impl SkillHost {
             tools: change,
             reloads,
         }
+    }
+
+    /// The MCP server each tool taken from one comes from, by tool name
+    /// ([`SkillHostBuilder::mcp_server`]; as last listed).
+    pub fn mcp_tool_servers(&self) -> BTreeMap<String, String> {
+        self.inner.mcp.servers_of_tools()
     }
 
     /// Lists the tools of every MCP server the host takes tools from again

@@ -21,7 +21,7 @@
 //! | `GET /mcp` | API | SSE: `notifications/tools/list_changed` whenever a reload changes the skills (`Accept: text/event-stream`, else 406) |
 //! | `GET /v1/events` | admin | SSE: `reload`, `trust`, `tools`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
-//! | `GET /v1/tools` | admin | the tools skills may call and unlock now (MCP servers' as last listed): `name`, `access`, `approval` (whether a call waits for a person), `description`, `parameters` |
+//! | `GET /v1/tools` | admin | the tools skills may call and unlock now (MCP servers' as last listed): `name`, `access`, `approval` (whether a call waits for a person), `description`, `parameters`, and `server` for an MCP server's |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
 //! | `GET /healthz` | open | liveness (always 200) and a summary: skills loaded, failures, LLM configured; `degraded`, with `problems`, while the skills directory cannot be read or files in it did not load |
 //!

@@ -94,22 +94,28 @@ pub async fn pending_confirmations(
 
 /// `GET /v1/tools`: the tools skills may call and unlock now (an MCP
 /// server's as last listed), by name, each with its access, whether a call
-/// waits for a person's approval, and its parameters.
+/// waits for a person's approval, its parameters and, for an MCP server's,
+/// the server.
 pub async fn tools(State(state): State<Arc<AppState>>) -> Json<Value> {
     let policy = &state.host.agent().config().confirmation;
+    let servers = state.host.mcp_tool_servers();
     let tools: Vec<Value> = state
         .host
         .tools()
         .specs()
         .map(|spec| {
-            json!({
+            let mut tool = json!({
                 "object": "tool",
                 "name": spec.name,
                 "access": spec.access,
                 "approval": policy.requires(spec),
                 "description": spec.description,
                 "parameters": spec.parameters,
-            })
+            });
+            if let Some(server) = servers.get(&spec.name) {
+                tool["server"] = json!(server);
+            }
+            tool
         })
         .collect();
     Json(json!({"object": "list", "data": tools}))
