@@ -1289,6 +1289,19 @@ async fn a_revoked_version_whose_file_holds_a_refused_update_goes_and_the_update
     assert_eq!(events[0].new.as_ref().unwrap().version, "2.0.0");
 }
 
+/// A host over `dir` without hot reload, its demo tools on a fresh
+/// in-memory shop, and the shop.
+async fn unwatched_shop(dir: &Path, policy: SignaturePolicy) -> (SkillHost, Arc<DemoDb>) {
+    let db = Arc::new(DemoDb::in_memory().unwrap());
+    let host = SkillHost::builder(dir, policy)
+        .demo_tools(db.clone())
+        .hot_reload(false)
+        .build()
+        .await
+        .unwrap();
+    (host, db)
+}
+
 /// `skill` invoked on `host` with `input`, waiting for its write's
 /// approval: the run, its confirmation, and the host's events from before
 /// the run started.
@@ -1336,13 +1349,7 @@ async fn steps_waiting_for_an_approval_do_not_run_again_once_their_signer_is_rev
     let dir = tempfile::tempdir().unwrap();
     let refund = alice.sign(&bundled_unsigned("processRefund")).unwrap();
     std::fs::write(dir.path().join("refund.wasm"), refund).unwrap();
-    let db = Arc::new(DemoDb::in_memory().unwrap());
-    let host = SkillHost::builder(dir.path(), trusting(&[&alice]))
-        .demo_tools(db.clone())
-        .hot_reload(false)
-        .build()
-        .await
-        .unwrap();
+    let (host, db) = unwatched_shop(dir.path(), trusting(&[&alice])).await;
     let input = json!({"orderId": "88231", "reason": "broken"});
     let (run, pending, mut events) = waiting_for_approval(&host, "processRefund", &input).await;
 
@@ -1407,13 +1414,7 @@ async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_their
         )
         .unwrap();
     }
-    let db = Arc::new(DemoDb::in_memory().unwrap());
-    let host = SkillHost::builder(dir.path(), demo_policy())
-        .demo_tools(db.clone())
-        .hot_reload(false)
-        .build()
-        .await
-        .unwrap();
+    let (host, db) = unwatched_shop(dir.path(), demo_policy()).await;
     let input = json!({"orderId": "88231", "reason": "broken"});
     let (run, pending, mut events) = waiting_for_approval(&host, "processRefund", &input).await;
 

@@ -32,7 +32,7 @@ use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::skills::SkillName;
 use skillhost::skills::signature::{Fingerprint, KeyScope};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
-use skillhost::tools::mcp::{self, McpServerConfig};
+use skillhost::tools::mcp::{McpConnection, McpServerConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
 
 use crate::cli::{HostArgs, LogFormat};
@@ -425,12 +425,8 @@ impl ConfigFile {
     /// once), their header secrets read from the environment.
     pub async fn mcp_tools(&self) -> anyhow::Result<Vec<Arc<dyn Tool>>> {
         let env = |name: &str| std::env::var(name).ok();
-        let servers = self
-            .mcp_servers
-            .iter()
-            .map(|server| mcp::connect(server, env));
-        let tools = futures::future::try_join_all(servers).await?;
-        Ok(tools.into_iter().flatten().collect())
+        let connected = McpConnection::open_all(&self.mcp_servers, env).await?;
+        Ok(connected.into_iter().flat_map(|(_, tools)| tools).collect())
     }
 
     /// The tools of the file's MCP servers as stand-ins that are never

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 
+use skillhost::text::clip;
 use skillhost::tools::demo::{self, DemoDb};
-use skillhost::tools::{Access, Tool, ToolRegistry, ToolSpec, mcp};
+use skillhost::tools::mcp::McpConnection;
+use skillhost::tools::{Access, Tool, ToolRegistry, ToolSpec};
 
 use super::config::ConfigFile;
 
@@ -57,7 +59,7 @@ impl Source {
     }
 }
 
-/// Description text shown in the listing at most, in characters.
+/// Characters of a description's first line the listing shows at most.
 const SHOWN_DESCRIPTION: usize = 72;
 
 pub async fn tools(args: &ToolsArgs) -> anyhow::Result<ExitCode> {
@@ -77,13 +79,9 @@ pub async fn tools(args: &ToolsArgs) -> anyhow::Result<ExitCode> {
         .map(|tool| (Source::Http, tool))
         .collect();
     let env = |name: &str| std::env::var(name).ok();
-    for server in &file.mcp_servers {
-        let tools = mcp::connect(server, env).await?;
-        declared.extend(
-            tools
-                .into_iter()
-                .map(|tool| (Source::Mcp(server.name.clone()), tool)),
-        );
+    for (server, tools) in McpConnection::open_all(&file.mcp_servers, env).await? {
+        let source = || Source::Mcp(server.server().to_owned());
+        declared.extend(tools.into_iter().map(|tool| (source(), tool)));
     }
     for (source, tool) in declared {
         listed.push((source, tool.spec().clone()));
@@ -134,17 +132,11 @@ pub async fn tools(args: &ToolsArgs) -> anyhow::Result<ExitCode> {
             "  {:width$}  {access}  {approval}  {:14}  {}",
             spec.name,
             source.shown(),
-            first_line(&spec.description),
+            clip(
+                spec.description.lines().next().unwrap_or(""),
+                SHOWN_DESCRIPTION
+            ),
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The first line of `text`, cut to [`SHOWN_DESCRIPTION`] characters.
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("");
-    match line.char_indices().nth(SHOWN_DESCRIPTION) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None => line.to_owned(),
-    }
 }

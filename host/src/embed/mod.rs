@@ -298,11 +298,7 @@ impl SkillHostBuilder {
             return Err(error.into());
         }
         let env = |name: &str| std::env::var(name).ok();
-        let connecting = self
-            .mcp_servers
-            .iter()
-            .map(|server| McpConnection::open(server, env));
-        let connected = futures::future::try_join_all(connecting).await?;
+        let connected = McpConnection::open_all(&self.mcp_servers, env).await?;
         for tool in connected.iter().flat_map(|(_, tools)| tools) {
             self.tools.register(tool.clone())?;
         }

@@ -458,8 +458,10 @@ impl SkillSnapshot {
 
     /// Gives each name `before` held and this snapshot no longer holds to
     /// the first file (still there) whose content was refused only for
-    /// that name, whose signer `policy` trusts and whose manifest fits the
-    /// tools, in the same swap that frees it; returns their events.
+    /// that name, and whose signer `policy` trusts, in the same swap that
+    /// frees it; returns their events. (A contender always fits the
+    /// snapshot's tools: one that stops fitting is refused for its manifest
+    /// as the tools are replaced.)
     fn take_over_freed_names(
         &mut self,
         before: &SkillSnapshot,
@@ -477,10 +479,9 @@ impl SkillSnapshot {
                     .find_map(|path| {
                         let contender = self.failures.get(path)?.contender.as_ref()?;
                         let Contender(skill) = contender;
-                        let manifest = skill.component.manifest();
-                        let admitted = policy.check_skill(skill.signer.as_ref(), manifest);
-                        let fits = manifest.check_against(&self.tools);
-                        (admitted.is_ok() && fits.is_ok()).then(|| contender.clone())
+                        let admitted =
+                            policy.check_skill(skill.signer.as_ref(), skill.component.manifest());
+                        admitted.is_ok().then(|| contender.clone())
                     })
             })
         {
@@ -882,8 +883,7 @@ impl SkillRegistry {
         };
         progress(seen);
         let loader = &registry.loader;
-        let tools = registry.tools();
-        let tools = &tools;
+        let tools = &registry.tools();
         let parallel = std::thread::available_parallelism().map_or(1, NonZero::get);
         let mut loaded: Vec<_> = futures::stream::iter(paths)
             .map(|path| async move {

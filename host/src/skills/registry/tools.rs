@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{
-    Contender, FailureKind, FileError, ReloadEvent, ReloadOutcome, SkillRegistry, SkillSnapshot,
-    SkillVersion, rejected,
+    Contender, FailureKind, FileError, LoadFailure, ReloadEvent, ReloadOutcome, SkillRegistry,
+    SkillSnapshot, SkillVersion, rejected,
 };
-use crate::runtime::LoadError;
+use crate::runtime::{LoadError, SkillComponent};
 use crate::tools::ToolRegistry;
 
 impl SkillRegistry {
@@ -60,20 +60,13 @@ impl SkillRegistry {
         let writer = self.writer.lock().await;
         let mut next = SkillSnapshot::clone(&self.current.load());
         next.tools = tools;
-        let unfit: Vec<_> = next
+        let unfit: Vec<LoadFailure> = next
             .skills()
-            .filter_map(|skill| {
-                let misfit = skill.component.manifest().check_against(&next.tools);
-                let digest = skill.component.digest().to_owned();
-                misfit
-                    .err()
-                    .map(|error| (skill.path.clone(), digest, error))
-            })
+            .filter_map(|skill| misfit(&skill.component, &next.tools, &skill.path))
             .collect();
         let mut events = Vec::new();
-        for (path, digest, error) in unfit {
-            let failure =
-                FileError::Load(LoadError::Manifest(error)).into_failure(&path, Some(digest));
+        for failure in unfit {
+            let path = failure.path.clone();
             let outcome = ReloadOutcome::Unresolved {
                 reason: failure.reason.clone(),
             };
@@ -84,23 +77,20 @@ impl SkillRegistry {
                 outcome,
             });
         }
-        let unfit_contenders: Vec<_> = next
+        let unfit_contenders: Vec<LoadFailure> = next
             .failures
             .values()
             .filter_map(|failure| {
                 let Contender(skill) = failure.contender.as_ref()?;
-                let misfit = skill.component.manifest().check_against(&next.tools);
-                misfit.err().map(|error| (failure.clone(), error))
+                misfit(&skill.component, &next.tools, &failure.path)
             })
             .collect();
-        for (failure, error) in unfit_contenders {
-            let error = FileError::Load(LoadError::Manifest(error));
-            let refused = error.into_failure(&failure.path, failure.digest);
+        for refused in unfit_contenders {
             let serving = next
-                .skill_at(&failure.path)
+                .skill_at(&refused.path)
                 .map(|skill| SkillVersion::of(&skill.component));
             events.push(ReloadEvent {
-                path: failure.path,
+                path: refused.path.clone(),
                 old: serving.clone(),
                 new: serving,
                 outcome: rejected(&refused),
@@ -110,7 +100,17 @@ impl SkillRegistry {
         let waiting = self.commit(writer, next, &events);
         (events, waiting)
     }
+}
 
+/// The refusal of `component`, the content of `path`, for its manifest
+/// when it does not fit `tools`.
+fn misfit(component: &SkillComponent, tools: &ToolRegistry, path: &Path) -> Option<LoadFailure> {
+    let error = component.manifest().check_against(tools).err()?;
+    let digest = Some(component.digest().to_owned());
+    Some(FileError::Load(LoadError::Manifest(error)).into_failure(path, digest))
+}
+
+impl SkillRegistry {
     /// Tries the content of `path` again under the tools now in place when
     /// it is the content refused for its manifest; `None` when the file
     /// holds other content (its own sync is on its way) or none.

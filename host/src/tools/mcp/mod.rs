@@ -227,6 +227,15 @@ impl McpConnection {
         Ok((connection, tools))
     }
 
+    /// [`McpConnection::open`] for each of `servers`, all at once; the
+    /// first that fails stops them all, its error naming it.
+    pub async fn open_all(
+        servers: &[McpServerConfig],
+        env: impl Fn(&str) -> Option<String> + Copy,
+    ) -> Result<Vec<(Self, Vec<Arc<dyn Tool>>)>, McpError> {
+        futures::future::try_join_all(servers.iter().map(|server| Self::open(server, env))).await
+    }
+
     /// The server's name, as configured.
     pub fn server(&self) -> &str {
         &self.config.name
