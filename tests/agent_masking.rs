@@ -13,9 +13,11 @@ use std::sync::Arc;
 use serde_json::json;
 
 use skillhost::agent::catalog::{DisclosureConfig, LoadSkillMode};
+use skillhost::agent::llm::Message;
 use skillhost::agent::{
-    AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Resolution,
+    AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Resolution, RunOptions,
 };
+use skillhost::skills::SkillScope;
 use skillhost::tools::Tool;
 use skillhost::tools::demo::{DemoDb, OrderStatus, article_000_tools};
 
@@ -444,4 +446,72 @@ async fn a_rejected_write_is_told_to_the_model_and_changes_nothing() {
         Some(OrderStatus::Paid)
     );
     assert_eq!(llm.remaining(), 0);
+}
+
+/// A run limited to some skills (an API key's scope) can load only those,
+/// and the tools only other skills unlock are out of its reach: never
+/// offered, refused when called, whatever it loads.
+#[tokio::test]
+async fn a_run_limited_to_some_skills_sees_and_unlocks_only_theirs() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("load_skill", json!({"skill": "after_sale_apply"})),
+        Step::tool_call("apply_after_sale", json!({"order_id": PAID_ORDER})),
+        Step::tool_call("load_skill", json!({"skill": "order_change"})),
+        Step::text("Order 88239 can be cancelled. Shall I?"),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let options = RunOptions::new().skills(SkillScope::only(["order_change"]));
+    let finished = agent
+        .start_with(vec![Message::user("Cancel order 88239")], options)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    finished.result.unwrap();
+
+    let requests = llm.requests();
+    let lists: Vec<Vec<String>> = requests
+        .iter()
+        .map(|request| request.tool_names())
+        .collect();
+    // Only order_change's unlocks, once it is loaded in the last round.
+    assert_eq!(
+        unlock_table(&lists),
+        [
+            ("cancel_order", vec![false, false, false, true]),
+            ("change_address", vec![false, false, false, true]),
+            ("apply_after_sale", vec![false, false, false, false]),
+            ("update_cart_item", vec![false, false, false, false]),
+            ("create_order", vec![false, false, false, false]),
+            ("pay_order", vec![false, false, false, false]),
+        ]
+    );
+    let load_skill = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["function"]["name"] == "load_skill")
+        .expect("load_skill is offered")
+        .clone();
+    assert_eq!(
+        load_skill["function"]["parameters"]["properties"]["skill"]["enum"],
+        json!(["order_change"])
+    );
+    let description = load_skill["function"]["description"].as_str().unwrap();
+    assert!(!description.contains("after_sale_apply"), "{description}");
+
+    let calls = calls_of(&finished.events, &Caller::Main);
+    let reason = refusal(&calls[0].2);
+    assert!(
+        reason.contains("no skill named `after_sale_apply`; the skills are: order_change"),
+        "{reason}"
+    );
+    let reason = refusal(&calls[1].2);
+    assert!(reason.contains("not available"), "{reason}");
+    assert!(matches!(calls[2].2, CallOutcome::Done { .. }));
+    assert_eq!(
+        shop.db.order_status(PAID_ORDER).unwrap(),
+        Some(OrderStatus::Paid)
+    );
 }

@@ -754,6 +754,11 @@ async fn serve_warns_of_settings_naming_no_key_or_skill() {
              no keys",
         ),
         (
+            "[server.skill_scopes]\nsupport-desk = [\"inquireOrderStatus\"]\n",
+            "[server.skill_scopes] names keys that no key of this gateway goes by: support-desk; \
+             the gateway has no keys",
+        ),
+        (
             "[sandbox.skills.refundProcess]\ntool_calls = 1\n",
             "[sandbox.skills] sets limits for skills that are not loaded: refundProcess;",
         ),

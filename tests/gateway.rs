@@ -24,7 +24,7 @@ use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, Principal};
 use skillhost::runtime::RuntimeConfig;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
-use skillhost::skills::{ReloadEvent, ReloadOutcome};
+use skillhost::skills::{ReloadEvent, ReloadOutcome, SkillScope};
 use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_tools};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::mcp::McpServerConfig;
@@ -3018,4 +3018,103 @@ async fn mcp_clients_are_told_on_their_stream_when_the_skills_change() {
         .await
         .expect("told of the change");
     assert!(said.starts_with("event: message\ndata: {"), "{said}");
+}
+
+/// A key limited to some skills (`skill_scopes`) sees, invokes and calls
+/// over `/mcp` only those, and the chat's agent is offered only those; a
+/// key without a scope uses every skill.
+#[tokio::test]
+async fn a_key_limited_to_some_skills_sees_and_runs_only_those() {
+    let llm = ScriptedLlm::start(vec![refund_call(), Step::text("I cannot refund here.")]).await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        config: GatewayConfig {
+            api_keys: vec![
+                ApiKey::named("support-desk", "k-desk"),
+                ApiKey::named("finance-desk", "k-finance"),
+            ],
+            skill_scopes: [("support-desk".to_owned(), SkillScope::only(["inquire*"]))].into(),
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let names = |list: &Value, field: &str| -> Vec<String> {
+        list[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|skill| skill["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (_, listed) = served.get_as("k-desk", "/v1/skills").await;
+    assert_eq!(names(&listed, "data"), ["inquireOrderStatus"]);
+    let (_, listed) = served.get_as("k-finance", "/v1/skills").await;
+    assert_eq!(
+        names(&listed, "data"),
+        ["inquireOrderStatus", "processRefund"]
+    );
+
+    let (status, refused) = served.get_as("k-desk", "/v1/skills/processRefund").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");
+    let message = error_of(&refused, "skill_not_permitted")["message"].clone();
+    assert_eq!(
+        message,
+        "the skill `processRefund` is not one this caller may use (its skills: inquire*)"
+    );
+    let (status, refused) = served
+        .post_as("k-desk", "/v1/skills/processRefund/invoke", refund_input())
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");
+    error_of(&refused, "skill_not_permitted");
+    let (status, looked_up) = served
+        .post_as(
+            "k-desk",
+            "/v1/skills/inquireOrderStatus/invoke",
+            json!({"orderId": "88231"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{looked_up:#}");
+
+    let rpc = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let (_, tools) = served
+        .post_as("k-desk", "/mcp", rpc(1, "tools/list", json!({})))
+        .await;
+    assert_eq!(names(&tools["result"], "tools"), ["inquireOrderStatus"]);
+    let refund = json!({"name": "processRefund", "arguments": refund_input()});
+    let (_, refused) = served
+        .post_as("k-desk", "/mcp", rpc(2, "tools/call", refund))
+        .await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused:#}");
+
+    // The model names the refund skill anyway: refused, nothing written.
+    let chat =
+        json!({"model": "anything", "messages": [{"role": "user", "content": REFUND_REQUEST}]});
+    let (status, answered) = served.post_as("k-desk", "/v1/chat/completions", chat).await;
+    assert_eq!(status, StatusCode::OK, "{answered:#}");
+    let requests = llm.requests();
+    let mut offered = requests[0].tool_names();
+    offered.sort();
+    assert_eq!(
+        offered,
+        [
+            "getCurrentTime",
+            "inquireOrderStatus",
+            "queryOrder",
+            "searchKnowledge"
+        ]
+    );
+    let told = requests[1]
+        .messages()
+        .iter()
+        .find(|message| message["role"] == "tool")
+        .map(|message| message["content"].clone())
+        .unwrap();
+    assert!(
+        told.as_str()
+            .unwrap()
+            .contains("no function named `processRefund`"),
+        "{told}"
+    );
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
 }

@@ -12,10 +12,11 @@ use tempfile::TempDir;
 use skillhost::agent::llm::Message;
 use skillhost::agent::{
     AgentEvent, CallOutcome, ConfirmationStatus, Decision, ResumedRun, Returned, RunHandle, RunId,
-    SkillOutput, list_kept_runs,
+    RunOptions, SkillOutput, list_kept_runs,
 };
 use skillhost::embed::{SkillHost, SkillHostBuilder};
 use skillhost::gateway::{Gateway, GatewayConfig};
+use skillhost::skills::SkillScope;
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 use skillhost::tools::{Tool, ToolContext, ToolError, ToolSpec};
@@ -98,13 +99,17 @@ impl Premises {
 
     /// In a process of its own that then ends: a chat whose model calls
     /// `processRefund`, left waiting for the refund's approval inside the
-    /// skill. Returns the run's id and the confirmation's.
+    /// skill, for a caller limited to that skill. Returns the run's id and
+    /// the confirmation's.
     fn refund_chat_left_waiting(&self) -> (RunId, String) {
         let process = tokio::runtime::Runtime::new().unwrap();
         process.block_on(async {
             let llm = ScriptedLlm::start(vec![refund_call()]).await;
             let host = self.host_with(Some(&llm)).await;
-            let mut run = host.chat(vec![Message::user(REFUND_REQUEST)]).unwrap();
+            let options = RunOptions::new().skills(SkillScope::only(["processRefund"]));
+            let mut run = host
+                .chat_with(vec![Message::user(REFUND_REQUEST)], options)
+                .unwrap();
             while let Some(event) = run.events.recv().await {
                 if let AgentEvent::ConfirmationPending(pending) = event {
                     return (run.id.clone(), pending.id.to_string());
@@ -279,7 +284,10 @@ async fn an_aborted_run_is_not_kept_an_unreadable_file_is_left_alone_and_a_secon
 fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
     let premises = Premises::new();
     let (run_id, confirmation) = premises.refund_chat_left_waiting();
-    assert!(premises.kept_file(&run_id).exists());
+    let kept: Value = serde_json::from_slice(&std::fs::read(premises.kept_file(&run_id)).unwrap())
+        .expect("the kept run");
+    // Resumed as limited as it started.
+    assert_eq!(kept["skills"], json!(["processRefund"]));
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {

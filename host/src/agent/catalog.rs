@@ -21,7 +21,7 @@ use serde_json::json;
 
 use super::llm::ToolDefinition;
 use super::tokens;
-use crate::skills::{Manifest, SkillName, SkillSnapshot};
+use crate::skills::{LoadedSkill, Manifest, SkillName, SkillScope, SkillSnapshot};
 use crate::tools::ToolRegistry;
 
 pub use crate::skills::manifest::LOAD_SKILL;
@@ -88,8 +88,9 @@ pub enum Refusal {
         /// The skills whose loading unlocks it.
         skills: Vec<String>,
     },
-    /// An unlock tool of an agent that does not offer `load_skill`
-    /// ([`LoadSkillMode::Never`]): nothing can unlock it.
+    /// An unlock tool nothing can unlock in this run: the agent does not
+    /// offer `load_skill` ([`LoadSkillMode::Never`]), or only skills outside
+    /// the run's [`SkillScope`] unlock it.
     #[error("tool `{0}` is not available in this conversation; do without it")]
     Unavailable(String),
     /// A tool absorbed by skills (progressive disclosure).
@@ -164,8 +165,10 @@ pub struct Catalog {
     offered: Vec<Function>,
     by_name: BTreeMap<String, usize>,
     absorbed: BTreeSet<String>,
-    /// For each unlock tool, the skills that unlock it.
+    /// For each unlock tool, the skills in scope that unlock it.
     unlocked_by: BTreeMap<String, Vec<SkillName>>,
+    /// Unlock tools that only skills outside the run's scope unlock.
+    unreachable: BTreeSet<String>,
     /// Every registered tool as a function, for skills' scopes.
     tools: BTreeMap<String, Function>,
     /// Whether `load_skill` is offered, so that unlock tools can be.
@@ -174,24 +177,42 @@ pub struct Catalog {
 
 impl Catalog {
     /// Computes what the main agent can be offered for this snapshot.
-    pub fn new(tools: &ToolRegistry, skills: &SkillSnapshot, config: &DisclosureConfig) -> Self {
+    pub fn new(
+        tools: &ToolRegistry,
+        skills: &SkillSnapshot,
+        scope: &SkillScope,
+        config: &DisclosureConfig,
+    ) -> Self {
+        let in_scope = |skill: &&LoadedSkill| scope.allows(skill.component.name().as_str());
         let mut unlocked_by: BTreeMap<String, Vec<SkillName>> = BTreeMap::new();
+        let mut out_of_scope_unlocks = BTreeSet::new();
         for skill in skills.skills() {
             let manifest = skill.component.manifest();
             for tool in &manifest.unlocks {
-                unlocked_by
-                    .entry(tool.clone())
-                    .or_default()
-                    .push(manifest.name.clone());
+                if in_scope(&skill) {
+                    unlocked_by
+                        .entry(tool.clone())
+                        .or_default()
+                        .push(manifest.name.clone());
+                } else {
+                    out_of_scope_unlocks.insert(tool.clone());
+                }
             }
         }
+        // Only a skill outside the scope unlocks these: never offered.
+        let unreachable: BTreeSet<String> = out_of_scope_unlocks
+            .into_iter()
+            .filter(|tool| !unlocked_by.contains_key(tool))
+            .collect();
         let absorbed: BTreeSet<String> = if config.skill_functions && config.progressive_disclosure
         {
             skills
                 .skills()
                 .flat_map(|skill| skill.component.manifest().tools.iter())
                 .filter(|tool| {
-                    !config.keep_public.contains(*tool) && !unlocked_by.contains_key(*tool)
+                    !config.keep_public.contains(*tool)
+                        && !unlocked_by.contains_key(*tool)
+                        && !unreachable.contains(*tool)
                 })
                 .cloned()
                 .collect()
@@ -212,11 +233,14 @@ impl Catalog {
             .collect();
         let mut offered: Vec<Function> = tool_functions
             .values()
-            .filter(|function| !absorbed.contains(function.definition.name()))
+            .filter(|function| {
+                let name = function.definition.name();
+                !absorbed.contains(name) && !unreachable.contains(name)
+            })
             .cloned()
             .collect();
         if config.skill_functions {
-            for skill in skills.skills() {
+            for skill in skills.skills().filter(in_scope) {
                 let manifest = skill.component.manifest();
                 let definition = ToolDefinition::function(
                     manifest.name.as_str(),
@@ -230,14 +254,14 @@ impl Catalog {
             }
         }
         let offer_load_skill = match config.load_skill {
-            LoadSkillMode::Always => !skills.is_empty(),
+            LoadSkillMode::Always => skills.skills().any(|skill| in_scope(&skill)),
             LoadSkillMode::WhenUnlocks => !unlocked_by.is_empty(),
             LoadSkillMode::Never => false,
         };
         if offer_load_skill {
             offered.push(Function::new(
                 Callable::LoadSkill,
-                load_skill_definition(skills),
+                load_skill_definition(skills.skills().filter(in_scope)),
             ));
         }
         let by_name = offered
@@ -250,6 +274,7 @@ impl Catalog {
             by_name,
             absorbed,
             unlocked_by,
+            unreachable,
             tools: tool_functions,
             offers_load_skill: offer_load_skill,
         }
@@ -289,6 +314,9 @@ impl Catalog {
     /// Re-checks a call at execution time: the model may call a name it saw
     /// in an earlier round or in a message, not in this round's list.
     pub fn resolve(&self, name: &str, loaded: &BTreeSet<SkillName>) -> Result<Callable, Refusal> {
+        if self.unreachable.contains(name) {
+            return Err(Refusal::Unavailable(name.to_owned()));
+        }
         if let Some(skills) = self.unlocked_by.get(name)
             && !skills.iter().any(|skill| loaded.contains(skill))
         {
@@ -314,7 +342,7 @@ impl Catalog {
 /// model that some tools appear only once the matching skill is loaded, so
 /// that the skill list — not this round's tool list — decides what is
 /// possible.
-fn load_skill_definition(skills: &SkillSnapshot) -> ToolDefinition {
+fn load_skill_definition<'a>(skills: impl Iterator<Item = &'a LoadedSkill>) -> ToolDefinition {
     let mut description = String::from(
         "Load a skill's instructions (its procedure) into the conversation before handling a task it covers.\n\
          Some business tools appear in your tool list only after the skill that governs them is loaded: \
@@ -322,7 +350,7 @@ fn load_skill_definition(skills: &SkillSnapshot) -> ToolDefinition {
          Skills:\n",
     );
     let mut names = Vec::new();
-    for skill in skills.skills() {
+    for skill in skills {
         let manifest = skill.component.manifest();
         description.push_str(&format!("- {}: {}", manifest.name, manifest.description));
         if !manifest.unlocks.is_empty() {

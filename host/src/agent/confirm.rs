@@ -488,6 +488,16 @@ impl Confirmations {
     }
 
     /// The runs of the agent these confirmations belong to.
+    /// Withdraws the confirmation `id`, as the end of its run does: for a
+    /// holder that will not let the run wait (a gateway at its cap on
+    /// waiting runs), so that nobody sees it pending while the run stops.
+    pub(crate) fn withdraw(&self, id: &ConfirmationId) {
+        let mut slots = self.lock();
+        if let Some(slot) = slots.remove(id) {
+            self.record(slot.pending, slot.argument_bytes, Resolution::Withdrawn);
+        }
+    }
+
     pub(crate) fn activity(&self) -> &Activity {
         &self.activity
     }
@@ -628,11 +638,7 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut slots = self.store.lock();
-        if let Some(slot) = slots.remove(&self.pending.id) {
-            self.store
-                .record(slot.pending, slot.argument_bytes, Resolution::Withdrawn);
-        }
+        self.store.withdraw(&self.pending.id);
     }
 }
 

@@ -57,7 +57,7 @@ use super::ids::RunId;
 use super::llm::{ChatResponse, Message};
 use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
 use crate::runtime::WasiSources;
-use crate::skills::SkillVersion;
+use crate::skills::{SkillScope, SkillVersion};
 use crate::text::clip;
 use crate::tools::ToolError;
 
@@ -182,6 +182,9 @@ pub(super) struct KeptRun {
     pub(super) format: u32,
     pub(super) run: RunId,
     pub(super) requested_by: Option<String>,
+    /// The patterns of the run's [`SkillScope`]; absent: every skill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) skills: Option<Vec<String>>,
     pub(super) kept: Kept,
     pub(super) waiting: KeptConfirmation,
 }
@@ -829,6 +832,7 @@ impl Keeping {
         &self,
         run: RunId,
         requested_by: Option<String>,
+        skills: &SkillScope,
         journal: Option<&Journal>,
         waiting: KeptConfirmation,
     ) -> Option<KeptRun> {
@@ -847,6 +851,7 @@ impl Keeping {
             format: FORMAT,
             run,
             requested_by,
+            skills: skills.patterns().map(<[String]>::to_vec),
             kept,
             waiting,
         })

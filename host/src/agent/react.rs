@@ -103,9 +103,9 @@ impl Scope for MainScope {
                 outcome
             }
             Ok(Callable::Skill(skill)) => {
-                // The catalog was built from this snapshot, so the skill is
-                // there; refusing keeps the host panic-free.
-                let Some(loaded) = run.snapshot.get(skill.as_str()) else {
+                // The catalog was built from this snapshot and scope, so the
+                // skill is there; refusing keeps the host panic-free.
+                let Some(loaded) = run.skill(skill.as_str()) else {
                     let refusal = Refusal::Unknown(call.name.clone());
                     return Ok(call.refuse(run, caller, refusal.to_string()));
                 };
@@ -409,7 +409,7 @@ fn fit_result(content: String, max_tokens: usize) -> String {
 /// (see [`super::transcript`]).
 fn load_skill(run: &RunContext, arguments: &Value) -> CallOutcome {
     let requested = arguments.get("skill").and_then(Value::as_str);
-    if let Some(loaded) = requested.and_then(|name| run.snapshot.get(name)) {
+    if let Some(loaded) = requested.and_then(|name| run.skill(name)) {
         let manifest = loaded.component.manifest();
         return CallOutcome::Done {
             result: load_result(
@@ -420,8 +420,7 @@ fn load_skill(run: &RunContext, arguments: &Value) -> CallOutcome {
         };
     }
     let known: Vec<&str> = run
-        .snapshot
-        .skills()
+        .usable_skills()
         .map(|skill| skill.component.name().as_str())
         .collect();
     CallOutcome::Refused {

@@ -28,7 +28,7 @@ use super::kept::{ApprovedRun, Keeping, KeptAnswer, KeptConfirmation, Returned, 
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
-use crate::skills::{Manifest, SkillName, SkillSnapshot};
+use crate::skills::{LoadedSkill, Manifest, SkillName, SkillScope, SkillSnapshot};
 use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError, ToolRegistry};
 
 /// LLM calls and tokens of one run, sub-agents included.
@@ -418,6 +418,8 @@ pub(super) struct RunContext {
     tool_context: ToolContext,
     /// Who the run acts for ([`RunOptions::on_behalf_of`]).
     requested_by: Option<String>,
+    /// The skills it may use ([`RunOptions::skills`]).
+    pub(super) skills: SkillScope,
     /// What the run keeps on disk while it waits for a person: set for a
     /// run that may be kept ([`super::kept`]).
     kept: Option<Keeping>,
@@ -431,6 +433,7 @@ pub struct RunOptions {
     stream: bool,
     context: ToolContext,
     requested_by: Option<String>,
+    skills: SkillScope,
 }
 
 impl RunOptions {
@@ -473,6 +476,21 @@ impl RunOptions {
         self
     }
 
+    /// The run may use only the skills of `scope`: the others are neither
+    /// offered to its model nor run when named
+    /// ([`AgentError::SkillNotPermitted`]).
+    /// Tools no skill declares are offered as without a scope.
+    #[must_use]
+    pub fn skills(mut self, scope: SkillScope) -> Self {
+        self.skills = scope;
+        self
+    }
+
+    /// The skills the run may use.
+    pub fn skill_scope(&self) -> &SkillScope {
+        &self.skills
+    }
+
     /// Whether the run's tools are handed nothing but what the run adds.
     pub(super) fn context_is_empty(&self) -> bool {
         self.context.is_empty()
@@ -490,7 +508,7 @@ impl RunContext {
         kept: Option<Keeping>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
-        let catalog = agent.catalog_for(&snapshot);
+        let catalog = agent.catalog_for(&snapshot, &options.skills);
         let tracker = agent
             .observer
             .as_ref()
@@ -499,6 +517,7 @@ impl RunContext {
             stream,
             context,
             requested_by,
+            skills,
         } = options;
         let run = Self {
             tool_context: context.with(id.clone()),
@@ -514,6 +533,7 @@ impl RunContext {
             last_write: Mutex::default(),
             declined: Mutex::default(),
             requested_by,
+            skills,
             kept,
         };
         (Arc::new(run), receiver)
@@ -650,6 +670,19 @@ impl RunContext {
             self.agent.config.confirmation.requires(registered.spec())
                 && registered.validate(arguments).is_ok()
         })
+    }
+
+    /// The skill `name` as the run sees it: loaded when the run started,
+    /// and in its scope.
+    pub(super) fn skill(&self, name: &str) -> Option<&LoadedSkill> {
+        self.snapshot.get(name).filter(|_| self.skills.allows(name))
+    }
+
+    /// Every skill the run may use.
+    pub(super) fn usable_skills(&self) -> impl Iterator<Item = &LoadedSkill> {
+        self.snapshot
+            .skills()
+            .filter(|skill| self.skills.allows(skill.component.name().as_str()))
     }
 
     /// Whether any call of `tool` may wait for a person.
@@ -937,6 +970,7 @@ impl RunContext {
         let Some(kept) = keeping.kept_run(
             self.id.clone(),
             self.requested_by.clone(),
+            &self.skills,
             journal,
             KeptConfirmation::of(pending),
         ) else {

@@ -19,7 +19,7 @@ use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, Skil
 use super::skill;
 use super::transcript::Transcript;
 use crate::runtime::InvokeError;
-use crate::skills::{SkillRegistry, SkillSnapshot, SkillVersion};
+use crate::skills::{SkillRegistry, SkillScope, SkillSnapshot, SkillVersion};
 use crate::tools::ToolRegistry;
 
 /// Why a run could not start or did not finish.
@@ -71,6 +71,10 @@ pub enum AgentError {
     /// [`Agent::start_skill`] named no loaded skill.
     #[error("no skill named `{0}` is loaded")]
     UnknownSkill(String),
+    /// [`Agent::start_skill_with`] named a skill outside the run's
+    /// [`SkillScope`] ([`RunOptions::skills`]).
+    #[error("the skill `{skill}` is not one this caller may use (its skills: {scope})")]
+    SkillNotPermitted { skill: String, scope: SkillScope },
     /// [`Agent::start_skill`] got input its parameters schema refuses.
     #[error(transparent)]
     InvalidInput(InvokeError),
@@ -90,6 +94,7 @@ impl AgentError {
             AgentError::RepeatedCall { .. } => "repeated_call",
             AgentError::NoUserMessage => "no_user_message",
             AgentError::UnknownSkill(_) => "unknown_skill",
+            AgentError::SkillNotPermitted { .. } => "skill_not_permitted",
             AgentError::InvalidInput(_) => "invalid_input",
             AgentError::Aborted(_) => "aborted",
         }
@@ -118,16 +123,35 @@ impl AgentInner {
         self.tools.as_ref().unwrap_or(snapshot.tools())
     }
 
-    /// The catalog of `snapshot`, built once per snapshot.
-    pub(super) fn catalog_for(&self, snapshot: &Arc<SkillSnapshot>) -> Arc<Catalog> {
+    /// The functions a run over `snapshot` that may use the skills of
+    /// `scope` is offered. The catalog of every skill is kept for the next
+    /// run on the same snapshot.
+    pub(super) fn catalog_for(
+        &self,
+        snapshot: &Arc<SkillSnapshot>,
+        scope: &SkillScope,
+    ) -> Arc<Catalog> {
+        let tools = self.tools_of(snapshot);
+        if !scope.is_all() {
+            return Arc::new(Catalog::new(
+                tools,
+                snapshot,
+                scope,
+                &self.config.disclosure,
+            ));
+        }
         let mut cached = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((of, catalog)) = cached.as_ref()
             && Arc::ptr_eq(of, snapshot)
         {
             return catalog.clone();
         }
-        let tools = self.tools_of(snapshot);
-        let catalog = Arc::new(Catalog::new(tools, snapshot, &self.config.disclosure));
+        let catalog = Arc::new(Catalog::new(
+            tools,
+            snapshot,
+            scope,
+            &self.config.disclosure,
+        ));
         *cached = Some((snapshot.clone(), catalog.clone()));
         catalog
     }
@@ -286,7 +310,8 @@ impl Agent {
 
     /// What the main agent can be offered over the current skills.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.inner.catalog_for(&self.inner.skills.snapshot())
+        self.inner
+            .catalog_for(&self.inner.skills.snapshot(), &SkillScope::all())
     }
 
     /// Starts the main agent on one user message.
@@ -363,6 +388,13 @@ impl Agent {
         input: Value,
         options: RunOptions,
     ) -> Result<RunHandle<SkillOutput>, AgentError> {
+        let scope = options.skill_scope();
+        if !scope.allows(name) {
+            return Err(AgentError::SkillNotPermitted {
+                skill: name.to_owned(),
+                scope: scope.clone(),
+            });
+        }
         let snapshot = self.inner.skills.snapshot();
         let skill = snapshot
             .get(name)
@@ -454,15 +486,19 @@ impl Agent {
         let KeptRun {
             run: id,
             requested_by,
+            skills,
             kept,
             waiting,
             ..
         } = kept;
         let snapshot = self.inner.skills.snapshot();
+        // As limited as when it started: a restart widens no scope.
+        let scope = skills.map_or_else(SkillScope::all, SkillScope::only);
         let options = match &requested_by {
             Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
             None => RunOptions::new(),
-        };
+        }
+        .skills(scope);
         let open = |what| {
             let kept = Keeping::new(store.clone(), what, true);
             RunContext::new(

@@ -29,8 +29,8 @@ use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
 use skillhost::gateway::{CorsOrigin, MAX_HEADER_TIMEOUT};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
-use skillhost::skills::SkillName;
 use skillhost::skills::signature::{Fingerprint, KeyScope};
+use skillhost::skills::{SkillName, SkillScope};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::mcp::{McpConnection, McpServerConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
@@ -100,6 +100,8 @@ pub struct ServerSection {
     pub cors_origins: Option<Vec<CorsOrigin>>,
     /// See [`ServerSection::forward_headers`].
     forward_headers: Option<Vec<String>>,
+    /// See [`ServerSection::skill_scopes`].
+    skill_scopes: Option<BTreeMap<String, Vec<String>>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
@@ -123,6 +125,29 @@ impl ServerSection {
             names.push(name);
         }
         Ok(names)
+    }
+}
+
+impl ServerSection {
+    /// `[server.skill_scopes]`: the skills each API key, by name, may use
+    /// ([`GatewayConfig::skill_scopes`](skillhost::gateway::GatewayConfig::skill_scopes)).
+    /// A blank name or pattern is refused; an empty list is a key that may
+    /// use no skill.
+    pub fn skill_scopes(&self) -> anyhow::Result<BTreeMap<String, SkillScope>> {
+        let mut scopes = BTreeMap::new();
+        for (key, patterns) in self.skill_scopes.iter().flatten() {
+            anyhow::ensure!(
+                !key.trim().is_empty(),
+                "[server.skill_scopes]: a key name is blank"
+            );
+            anyhow::ensure!(
+                patterns.iter().all(|pattern| !pattern.trim().is_empty()),
+                "[server.skill_scopes] {key}: a skill name is blank (`*` stands for any run of \
+                 characters: `order_*`)"
+            );
+            scopes.insert(key.clone(), SkillScope::only(patterns.iter().cloned()));
+        }
+        Ok(scopes)
     }
 }
 
@@ -489,6 +514,17 @@ mod tests {
 
     const EXAMPLE: &str = include_str!("../../../skillhost.example.toml");
 
+    /// The example's commented-out block that starts at `heading`, up to
+    /// the next blank line, uncommented.
+    fn uncommented(heading: &str) -> String {
+        EXAMPLE
+            .lines()
+            .skip_while(|line| *line != heading)
+            .take_while(|line| !line.is_empty())
+            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
+            .collect()
+    }
+
     #[test]
     fn the_example_file_parses_and_says_what_it_shows() {
         let file = ConfigFile::parse(EXAMPLE).unwrap();
@@ -514,15 +550,34 @@ mod tests {
         assert!(!EXAMPLE.contains("sk-"));
     }
 
+    /// The example's `[server.skill_scopes]`, commented out there, reads
+    /// as it says; a blank skill name is an error.
+    #[test]
+    fn the_examples_skill_scopes_read_once_uncommented() {
+        let block = uncommented("# [server.skill_scopes]");
+        let scopes = ConfigFile::parse(&block)
+            .unwrap()
+            .server
+            .skill_scopes()
+            .unwrap();
+        let [(key, scope)] = Vec::from_iter(scopes).try_into().unwrap();
+        assert_eq!(key, "support-desk");
+        assert!(scope.allows("inquireOrderStatus") && scope.allows("order_change"));
+        assert!(!scope.allows("processRefund"));
+        let blank =
+            ConfigFile::parse("[server.skill_scopes]\ndesk = [\"order_*\", \" \"]\n").unwrap();
+        let error = blank.server.skill_scopes().unwrap_err().to_string();
+        assert!(
+            error.contains("[server.skill_scopes] desk: a skill name is blank"),
+            "{error}"
+        );
+    }
+
     /// The example's `[[trust.scopes]]`, commented out there, reads as it
     /// says; a key given twice is an error.
     #[test]
     fn the_examples_key_scope_reads_once_uncommented() {
-        let block: String = EXAMPLE
-            .lines()
-            .skip_while(|line| *line != "# [[trust.scopes]]")
-            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
-            .collect();
+        let block = uncommented("# [[trust.scopes]]");
         let scopes = ConfigFile::parse(&block).unwrap().key_scopes().unwrap();
         let [(key, scope)] = scopes.as_slice() else {
             panic!("{block}");
@@ -544,12 +599,7 @@ mod tests {
     /// error naming it.
     #[test]
     fn the_examples_mcp_server_reads_once_uncommented() {
-        let block: String = EXAMPLE
-            .lines()
-            .skip_while(|line| *line != "# [[mcp_servers]]")
-            .take_while(|line| !line.is_empty())
-            .map(|line| format!("{}\n", line.strip_prefix("# ").unwrap_or(line)))
-            .collect();
+        let block = uncommented("# [[mcp_servers]]");
         let file = ConfigFile::parse(&block).unwrap();
         let [server, started] = file.mcp_servers.as_slice() else {
             panic!("{block}");

@@ -28,6 +28,7 @@ use skillhost::agent::{
 };
 use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
+use skillhost::skills::SkillScope;
 
 use super::{HostArgs, console};
 
@@ -165,7 +166,14 @@ impl Server {
                         let elicits = params.pointer("/capabilities/elicitation").is_some();
                         self.client.elicits.store(elicits, Ordering::Relaxed);
                     }
-                    self.send(mcp::answer_request(&self.host, &id, method, &params, true));
+                    self.send(mcp::answer_request(
+                        &self.host,
+                        &SkillScope::all(),
+                        &id,
+                        method,
+                        &params,
+                        true,
+                    ));
                 }
             }
         }

@@ -13,6 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::{HostEvent, SkillHost};
 use crate::agent::CallOutcome;
+use crate::skills::SkillScope;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 
@@ -64,8 +65,8 @@ fn initialize_result(params: &Value, list_changed: bool) -> Value {
     })
 }
 
-/// The result of `tools/list`: every loaded skill, in one page.
-fn tools_list(host: &SkillHost) -> Value {
+/// The result of `tools/list`: every loaded skill of `scope`, in one page.
+fn tools_list(host: &SkillHost, scope: &SkillScope) -> Value {
     let snapshot = host.snapshot();
     let reads = |name: &String| {
         snapshot
@@ -75,6 +76,7 @@ fn tools_list(host: &SkillHost) -> Value {
     };
     let tools: Vec<Value> = snapshot
         .skills()
+        .filter(|skill| scope.allows(skill.component.name().as_str()))
         .map(|skill| {
             let manifest = skill.component.manifest();
             json!({
@@ -92,9 +94,10 @@ fn tools_list(host: &SkillHost) -> Value {
 /// The answer to request `id` of any method but `tools/call`, which runs
 /// a skill and is each transport's own: `initialize` (`list_changed` when
 /// the transport can tell the client that the tools changed), `ping`,
-/// `tools/list`, or an error naming the method.
+/// `tools/list` (the skills of `scope`), or an error naming the method.
 pub fn answer_request(
     host: &SkillHost,
+    scope: &SkillScope,
     id: &Value,
     method: &str,
     params: &Value,
@@ -103,7 +106,7 @@ pub fn answer_request(
     match method {
         "initialize" => answer(id, initialize_result(params, list_changed)),
         "ping" => answer(id, json!({})),
-        "tools/list" => answer(id, tools_list(host)),
+        "tools/list" => answer(id, tools_list(host, scope)),
         other => error_answer(id, METHOD_NOT_FOUND, &format!("no method `{other}`")),
     }
 }

@@ -202,6 +202,13 @@ impl From<&AgentError> for ApiError {
                 Self::bad_request("no_user_message", message).with_param("messages")
             }
             AgentError::UnknownSkill(_) => Self::not_found("skill_not_found", message),
+            AgentError::SkillNotPermitted { .. } => Self::new(
+                StatusCode::FORBIDDEN,
+                ErrorType::PermissionError,
+                "skill_not_permitted",
+                message,
+            )
+            .with_param("name"),
             AgentError::InvalidInput(InvokeError::InvalidInput {
                 message: detail, ..
             }) => Self::bad_request("invalid_input", message)

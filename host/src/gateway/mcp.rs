@@ -69,7 +69,14 @@ pub async fn message(
     let params = message.get("params").cloned().unwrap_or(json!({}));
     let answered = match method {
         "tools/call" => call(&state, &mount, options, &id, &params).await,
-        other => mcp::answer_request(&state.host, &id, other, &params, true),
+        other => mcp::answer_request(
+            &state.host,
+            options.skill_scope(),
+            &id,
+            other,
+            &params,
+            true,
+        ),
     };
     Json(answered).into_response()
 }
@@ -171,7 +178,13 @@ async fn call(
     let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
     let invocation = match start_invocation(state, name, arguments, options) {
         Ok(invocation) => invocation,
-        Err(error) if error.status() == StatusCode::NOT_FOUND => {
+        // Not one of the client's tools: unknown, or outside its key's scope.
+        Err(error)
+            if matches!(
+                error.status(),
+                StatusCode::NOT_FOUND | StatusCode::FORBIDDEN
+            ) =>
+        {
             return error_answer(id, INVALID_PARAMS, error.message());
         }
         Err(error) => return answer(id, mcp::error_result(error.message())),

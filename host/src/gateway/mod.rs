@@ -139,6 +139,7 @@ mod ops;
 mod runs;
 mod skills;
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::num::NonZeroUsize;
@@ -158,6 +159,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::agent::RunOptions;
 use crate::embed::SkillHost;
+use crate::skills::SkillScope;
 use crate::tools::ToolContext;
 use crate::tools::http::Forwarded;
 pub use cors::{CorsOrigin, InvalidOrigin};
@@ -254,6 +256,12 @@ pub struct GatewayConfig {
     /// forwarded while keys are configured, since it carries the gateway's
     /// key. Default: none.
     pub forward_headers: Vec<HeaderName>,
+    /// The skills an API key may use, by the key's name (`api-key-1`, or
+    /// its name in the keys file): it is shown, invokes, calls over `/mcp`
+    /// and has the chat's agent offered only these; another skill is a 403
+    /// `skill_not_permitted`. A key not named here may use every skill.
+    /// Default: none.
+    pub skill_scopes: BTreeMap<String, SkillScope>,
 }
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
@@ -273,6 +281,7 @@ impl Default for GatewayConfig {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             forward_headers: Vec::new(),
+            skill_scopes: BTreeMap::new(),
         }
     }
 }
@@ -297,6 +306,7 @@ impl fmt::Debug for GatewayConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
             .field("forward_headers", &self.forward_headers)
+            .field("skill_scopes", &self.skill_scopes)
             .finish()
     }
 }
@@ -332,11 +342,33 @@ impl FromRequestParts<Arc<AppState>> for RunStart {
             }
             context.insert(forwarded);
         }
-        let options = RunOptions::new().context(context);
+        let CallerSkills(scope) = CallerSkills::from_request_parts(parts, state).await?;
+        let options = RunOptions::new().context(context).skills(scope);
         Ok(Self(match parts.extensions.get::<Principal>() {
             Some(Principal(name)) => options.on_behalf_of(name.clone()),
             None => options,
         }))
+    }
+}
+
+/// The skills the request's caller may use
+/// ([`GatewayConfig::skill_scopes`]).
+struct CallerSkills(SkillScope);
+
+impl FromRequestParts<Arc<AppState>> for CallerSkills {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Infallible> {
+        let scope = parts
+            .extensions
+            .get::<Principal>()
+            .and_then(|Principal(name)| state.config.skill_scopes.get(name))
+            .cloned()
+            .unwrap_or_default();
+        Ok(Self(scope))
     }
 }
 

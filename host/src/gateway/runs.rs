@@ -785,6 +785,9 @@ pub fn park<Q: Resumable>(
         Ok(()) => Ok(None),
         Err(NotParked::Answered(run)) => Ok(Some(run.answered())),
         Err(NotParked::Full(cap)) => {
+            // Withdrawn now, not when the dropped run's task is next
+            // polled: a client told 503 finds it gone.
+            state.host.confirmations().withdraw(&pending.id);
             // The gateway is full for everyone (503), or this client has
             // as many runs waiting as one may (429).
             let (status, kind) = match cap {

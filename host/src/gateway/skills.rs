@@ -13,15 +13,20 @@ use super::errors::{ApiError, ApiJson, ApiPath};
 use super::ledger::skill_failed;
 use super::openai::confirmation_json;
 use super::runs::{InvokeRun, OwnedRun, Progress, park};
-use super::{AppState, Mount, RunStart};
+use super::{AppState, CallerSkills, Mount, RunStart};
 use crate::agent::{AgentError, CallOutcome, PendingConfirmation, RunOptions, SkillOutput};
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
-/// Every loaded skill, and every file whose latest content failed to load.
-pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// Every loaded skill the caller may use, and every file whose latest
+/// content failed to load.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    CallerSkills(scope): CallerSkills,
+) -> Json<Value> {
     let snapshot = state.host.snapshot();
     let skills: Vec<Value> = snapshot
         .skills()
+        .filter(|skill| scope.allows(skill.component.name().as_str()))
         .map(|skill| describe(&snapshot, skill))
         .collect();
     let failures: Vec<Value> = snapshot
@@ -39,8 +44,12 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// One skill.
 pub async fn get(
     State(state): State<Arc<AppState>>,
+    CallerSkills(scope): CallerSkills,
     ApiPath(name): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
+    if !scope.allows(&name) {
+        return Err(AgentError::SkillNotPermitted { skill: name, scope }.into());
+    }
     let snapshot = state.host.snapshot();
     let skill = snapshot
         .get(&name)

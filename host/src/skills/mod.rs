@@ -3,6 +3,7 @@
 pub mod manifest;
 pub mod pack;
 pub mod registry;
+pub mod scope;
 pub mod signature;
 pub mod watcher;
 
@@ -11,4 +12,5 @@ pub use registry::{
     FailureKind, LoadFailure, LoadProgress, LoadedSkill, MAX_SKILL_FILE_BYTES, ReloadEvent,
     ReloadOutcome, SkillRegistry, SkillSnapshot, SkillVersion,
 };
+pub use scope::SkillScope;
 pub use watcher::{WatchHandle, watch};

@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use skillhost::agent::{ConfirmationPolicy, PendingConfirmation, list_kept_runs};
+use skillhost::agent::{PendingConfirmation, list_kept_runs};
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -140,10 +140,24 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
              --api-keys-file)",
         );
     }
-    warn_of_unknown_approvers(
-        &agent_config.confirmation,
-        &api_keys,
-        args.admin_key.is_some(),
+    let principals = key_principals(&api_keys, args.admin_key.is_some());
+    let policy = &agent_config.confirmation;
+    warn_of_unknown_key_names(
+        "[confirmation] names approvers",
+        policy
+            .approvers
+            .iter()
+            .flatten()
+            .chain(policy.tool_approvers.values().flatten()),
+        &principals,
+        "a call only they may approve can only be rejected or expire",
+    );
+    let skill_scopes = server.skill_scopes()?;
+    warn_of_unknown_key_names(
+        "[server.skill_scopes] names keys",
+        skill_scopes.keys(),
+        &principals,
+        "its scope limits nobody",
     );
     // After every setting that needs no network: a mistake in them is
     // reported without waiting on an MCP server.
@@ -190,6 +204,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
             forward_headers,
+            skill_scopes,
         },
     );
     let (reloaded, given, keys_file) = (
@@ -268,14 +283,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Warns of approvers the policy names that no key of this gateway goes by:
-/// a misspelt name, or a key not yet in the keys file, leaves the calls it
-/// covers approvable by nobody (they can still be rejected, or expire).
-fn warn_of_unknown_approvers(
-    policy: &ConfirmationPolicy,
-    api_keys: &[gateway::ApiKey],
-    admin_key: bool,
-) {
+/// The names this gateway's keys go by.
+fn key_principals(api_keys: &[gateway::ApiKey], admin_key: bool) -> Vec<String> {
     let mut principals: Vec<String> = api_keys
         .iter()
         .enumerate()
@@ -284,25 +293,35 @@ fn warn_of_unknown_approvers(
     if admin_key {
         principals.push(gateway::ADMIN_PRINCIPAL.to_owned());
     }
-    let named = policy
-        .approvers
-        .iter()
-        .flatten()
-        .chain(policy.tool_approvers.values().flatten());
-    let unknown: BTreeSet<&String> = named.filter(|name| !principals.contains(name)).collect();
+    principals
+}
+
+/// Warns of the key names a setting of the config file gives (`names`:
+/// `[confirmation] names approvers`) that no key of this gateway goes by
+/// (a misspelt name, or a key not yet in the keys file), saying what that
+/// leaves (`meanwhile`).
+fn warn_of_unknown_key_names<'a>(
+    names: &str,
+    named: impl Iterator<Item = &'a String>,
+    principals: &[String],
+    meanwhile: &str,
+) {
+    let unknown: BTreeSet<&str> = named
+        .filter(|name| !principals.contains(name))
+        .map(String::as_str)
+        .collect();
     if unknown.is_empty() {
         return;
     }
-    let unknown: Vec<&str> = unknown.into_iter().map(String::as_str).collect();
+    let unknown: Vec<&str> = unknown.into_iter().collect();
     let keys = if principals.is_empty() {
         "the gateway has no keys".to_owned()
     } else {
         format!("its keys go by {}", principals.join(", "))
     };
     console::warn(&format!(
-        "[confirmation] names approvers that no key of this gateway goes by: {}; {keys}. \
-         Until a key with that name is added (--api-keys-file is read again when it changes), \
-         a call only they may approve can only be rejected or expire",
+        "{names} that no key of this gateway goes by: {}; {keys}. Until a key \
+         with that name is added (--api-keys-file is read again when it changes), {meanwhile}",
         unknown.join(", ")
     ));
 }
