@@ -2273,6 +2273,58 @@ key = \"nope\"\n",
     );
 }
 
+/// An API key's skill scope changed in the config file takes effect at
+/// SIGHUP: the skill it kept from the key is listed for it then; a file that
+/// does not check keeps the scopes in force.
+#[tokio::test]
+async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
+    let work = Workdir::new();
+    let mut command = work.configured_command(
+        "[server.skill_scopes]\napi-key-1 = [\"inquire*\"]\n",
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    command.env("SKILLHOST_API_KEYS", "k-desk");
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let refund_shown = || async {
+        http.get(format!("{base}/v1/skills/processRefund"))
+            .bearer_auth("k-desk")
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(refund_shown().await, reqwest::StatusCode::FORBIDDEN);
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[server.skill_scopes]\napi-key-1 = [\" \"]\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "the skill scopes in force stay").await;
+    assert_eq!(refund_shown().await, reqwest::StatusCode::FORBIDDEN);
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[server.skill_scopes]\napi-key-1 = [\"inquire*\", \"process*\"]\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(
+        &mut stderr,
+        "API keys' skill scopes read again from skillhost.toml: 1 key(s) scoped",
+    )
+    .await;
+    assert_eq!(refund_shown().await, reqwest::StatusCode::OK);
+}
+
 /// SIGHUP makes `skillhost mcp` read its skills directory again (here
 /// unwatched): a file added meanwhile becomes a tool, the client is told,
 /// and the session goes on.

@@ -5,7 +5,7 @@
 //! servers (one at a url may not be able to say that theirs changed), the
 //! skills directory (for changes hot reload did not report, or a host
 //! running without it), and then what the command reads besides (serve:
-//! its API keys file).
+//! its API keys file and the config file's API key skill scopes).
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;

@@ -260,9 +260,13 @@ pub struct GatewayConfig {
     /// its name in the keys file): it is shown, invokes, calls over `/mcp`
     /// and has the chat's agent offered only these; another skill is a 403
     /// `skill_not_permitted`. A key not named here may use every skill.
-    /// Default: none.
-    pub skill_scopes: BTreeMap<String, SkillScope>,
+    /// Default: none. [`Gateway::set_skill_scopes`] replaces them.
+    pub skill_scopes: SkillScopes,
 }
+
+/// The skills API keys may use, by the keys' names
+/// ([`GatewayConfig::skill_scopes`]).
+pub type SkillScopes = BTreeMap<String, SkillScope>;
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
 pub const DEFAULT_MAX_PARKED_RUNS: usize = 10_000;
@@ -362,13 +366,11 @@ impl FromRequestParts<Arc<AppState>> for CallerSkills {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Infallible> {
-        let scope = parts
-            .extensions
-            .get::<Principal>()
-            .and_then(|Principal(name)| state.config.skill_scopes.get(name))
-            .cloned()
-            .unwrap_or_default();
-        Ok(Self(scope))
+        let scope = match parts.extensions.get::<Principal>() {
+            Some(Principal(name)) => state.skill_scopes().get(name).cloned(),
+            None => None,
+        };
+        Ok(Self(scope.unwrap_or_default()))
     }
 }
 
@@ -384,6 +386,8 @@ struct AppState {
     config: GatewayConfig,
     /// Replaced whole by [`Gateway::set_api_keys`].
     keys: RwLock<Arc<Keys>>,
+    /// Replaced whole by [`Gateway::set_skill_scopes`].
+    skill_scopes: RwLock<Arc<SkillScopes>>,
     parking: Arc<Parking>,
     /// What became of the runs that waited (`GET /v1/runs/{id}`).
     ledger: Arc<RunLedger>,
@@ -397,6 +401,7 @@ impl Gateway {
             &config.api_keys,
             config.admin_key.as_deref(),
         )));
+        let skill_scopes = RwLock::new(Arc::new(config.skill_scopes.clone()));
         let parking = Arc::new(Parking::new(ParkingLimits {
             total: config.max_parked_runs,
             per_principal: config.max_parked_runs_per_principal,
@@ -405,6 +410,7 @@ impl Gateway {
             host,
             config,
             keys,
+            skill_scopes,
             parking,
             ledger: Arc::default(),
             closing: watch::Sender::new(false),
@@ -476,6 +482,22 @@ impl Gateway {
             .keys
             .write()
             .unwrap_or_else(PoisonError::into_inner) = keys;
+    }
+
+    /// Replaces the API keys' skill scopes
+    /// ([`GatewayConfig::skill_scopes`]): requests from now on are held to
+    /// `scopes`; runs under way keep the scope they started with.
+    pub fn set_skill_scopes(&self, scopes: SkillScopes) {
+        *self
+            .state
+            .skill_scopes
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(scopes);
+    }
+
+    /// The API keys' skill scopes in force.
+    pub fn skill_scopes(&self) -> Arc<SkillScopes> {
+        self.state.skill_scopes()
     }
 
     /// Ends the event streams (`GET /v1/events`), which would otherwise
@@ -557,6 +579,14 @@ fn timeout_error(after: Duration) -> ApiError {
 }
 
 impl AppState {
+    /// The skill scopes in force now.
+    fn skill_scopes(&self) -> Arc<SkillScopes> {
+        self.skill_scopes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The keys in force now.
     fn keys(&self) -> Arc<Keys> {
         self.keys

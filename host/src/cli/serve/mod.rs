@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -212,9 +212,13 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.api_keys.clone(),
         args.api_keys_file.clone(),
     );
+    let config_path = args.host.config.clone();
     super::hangup::reload_on_hangup(gateway.host().clone(), trust, move || {
         if let Some(file) = &keys_file {
             keys::reload(&reloaded, &given, file);
+        }
+        if let Some(path) = &config_path {
+            reload_skill_scopes(&reloaded, path);
         }
     })
     .context("listening for SIGHUP")?;
@@ -280,6 +284,25 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             report_interrupted(gateway.host());
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// Reads `[server.skill_scopes]` again from the config file at `path`, and
+/// says so when they changed. A file that does not read or check keeps the
+/// scopes in force, saying why.
+fn reload_skill_scopes(gateway: &Gateway, path: &Path) {
+    match config::ConfigFile::load(path).and_then(|file| file.server.skill_scopes()) {
+        Ok(scopes) => {
+            if *gateway.skill_scopes() != scopes {
+                console::say(&format!(
+                    "API keys' skill scopes read again from {}: {} key(s) scoped",
+                    path.display(),
+                    scopes.len()
+                ));
+                gateway.set_skill_scopes(scopes);
+            }
+        }
+        Err(error) => console::warn(&format!("{error:#}; the skill scopes in force stay")),
     }
 }
 
