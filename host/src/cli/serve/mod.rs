@@ -294,12 +294,13 @@ fn reload_skill_scopes(gateway: &Gateway, path: &Path) {
     match config::ConfigFile::load(path).and_then(|file| file.server.skill_scopes()) {
         Ok(scopes) => {
             if *gateway.skill_scopes() != scopes {
-                console::say(&format!(
-                    "API keys' skill scopes read again from {}: {} key(s) scoped",
-                    path.display(),
-                    scopes.len()
-                ));
+                let count = scopes.len();
+                // In force before it is said: a client told may rely on it.
                 gateway.set_skill_scopes(scopes);
+                console::say(&format!(
+                    "API keys' skill scopes read again from {}: {count} key(s) scoped",
+                    path.display()
+                ));
             }
         }
         Err(error) => console::warn(&format!("{error:#}; the skill scopes in force stay")),
