@@ -419,7 +419,7 @@ pub(super) struct RunContext {
     /// Who the run acts for ([`RunOptions::on_behalf_of`]).
     requested_by: Option<String>,
     /// The skills it may use ([`RunOptions::skills`]).
-    pub(super) skills: SkillScope,
+    skills: SkillScope,
     /// What the run keeps on disk while it waits for a person: set for a
     /// run that may be kept ([`super::kept`]).
     kept: Option<Keeping>,
