@@ -480,6 +480,9 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
             }
         }
         reached.notified().await;
+        // While the host lives, its approved call is running, not interrupted.
+        let (listed, _) = list_kept_runs(&premises.runs);
+        assert_eq!((&listed[0].run, listed[0].state), (&run.id, "running"));
         (
             run.id.clone(),
             approved.expect("applyRefund asked for approval"),

@@ -45,7 +45,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,6 +89,13 @@ const FORMAT: u32 = 1;
 
 /// How much of an interrupted run's returned result its message shows.
 const SHOWN_RESULT_CHARS: usize = 500;
+
+/// The file in a runs directory its host holds locked while it lives.
+const LOCK_FILE: &str = ".lock";
+
+/// How many times opening a runs directory tries again, 20 ms apart, when
+/// its lock is taken: once a lister is done with it, it is free.
+const LOCK_ATTEMPTS: u32 = 5;
 
 /// What is written of a run whose approved call is under way.
 #[derive(Serialize, Deserialize)]
@@ -540,13 +547,24 @@ impl RunStore {
 
     fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
         crate::private_dir::ensure(dir, 0o077, "kept runs hold end users' inputs")?;
-        let lock = std::fs::File::create(dir.join(".lock"))?;
-        match lock.try_lock() {
-            Ok(()) => Ok(lock),
-            Err(std::fs::TryLockError::WouldBlock) => Err(anyhow::anyhow!(
-                "another host keeps its runs there; give each its own directory"
-            )),
-            Err(std::fs::TryLockError::Error(error)) => Err(error.into()),
+        let lock = std::fs::File::create(dir.join(LOCK_FILE))?;
+        // A lister (`skillhost runs`) holds the lock shared for an instant
+        // to learn whether a host is there: wait that out before refusing.
+        let mut attempts = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => return Ok(lock),
+                Err(std::fs::TryLockError::WouldBlock) if attempts < LOCK_ATTEMPTS => {
+                    attempts += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(anyhow::anyhow!(
+                        "another host keeps its runs there; give each its own directory"
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(error)) => return Err(error.into()),
+            }
         }
     }
 
@@ -666,13 +684,15 @@ pub struct KeptRunInfo {
     pub run: RunId,
     /// Whom the run acts for.
     pub requested_by: Option<String>,
-    /// `waiting`: resumed at the next start, its confirmation pending
-    /// again; `interrupted`: its approved call was under way when its host
-    /// stopped, or had returned and the run had not ended, and the next
-    /// start tells of it rather than run it again.
+    /// `waiting`: its confirmation pending (again at the next start, when
+    /// no host holds the directory); `running`: approved, its call under
+    /// way or the run going on past it, in the host that holds the
+    /// directory; `interrupted`: the same when no host holds it, the host
+    /// that ran it having stopped — the next start tells of it rather
+    /// than run it again.
     pub state: &'static str,
-    /// `skill` (a direct invocation) or `chat`; none for an interrupted
-    /// run (its record keeps only the approval).
+    /// `skill` (a direct invocation) or `chat`; none for an approved run
+    /// (its record keeps only the approval).
     pub kind: Option<&'static str>,
     /// The skill a direct invocation runs.
     pub skill: Option<SkillVersion>,
@@ -682,17 +702,19 @@ pub struct KeptRunInfo {
     pub summary: String,
     /// When the confirmation expires (an HTTP date).
     pub expires_at: String,
-    /// Who approved it, when the answer said (interrupted runs).
+    /// Who approved it, when the answer said (approved runs).
     pub approved_by: Option<String>,
-    /// When it was approved (interrupted runs; an HTTP date).
+    /// When it was approved (approved runs; an HTTP date).
     pub approved_at: Option<String>,
-    /// What the approved call returned, when it did (interrupted runs).
+    /// What the approved call returned, when it did (approved runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub returned: Option<Returned>,
 }
 
-impl From<Stored> for KeptRunInfo {
-    fn from(stored: Stored) -> Self {
+impl KeptRunInfo {
+    /// What `stored` says, its approved call `running` when a host holds
+    /// the directory and `interrupted` when none does.
+    fn of_stored(stored: Stored, host_there: bool) -> Self {
         match stored {
             Stored::Waiting(kept) => {
                 let (kind, skill) = match kept.kept {
@@ -712,15 +734,13 @@ impl From<Stored> for KeptRunInfo {
                 ..Self::of(
                     approved.run,
                     approved.requested_by,
-                    "interrupted",
+                    if host_there { "running" } else { "interrupted" },
                     approved.approved,
                 )
             },
         }
     }
-}
 
-impl KeptRunInfo {
     /// `run`, in `state`, on `call`: what every kept run says.
     fn of(
         run: RunId,
@@ -750,10 +770,27 @@ impl KeptRunInfo {
 ///
 /// [`AgentBuilder::keep_runs`]: super::AgentBuilder::keep_runs
 pub fn list_kept_runs(dir: &Path) -> (Vec<KeptRunInfo>, Vec<UnreadableRun>) {
+    let host_there = held_by_a_host(dir);
     let (stored, unreadable) = read_all(dir);
     (
-        stored.into_iter().map(KeptRunInfo::from).collect(),
+        stored
+            .into_iter()
+            .map(|stored| KeptRunInfo::of_stored(stored, host_there))
+            .collect(),
         unreadable,
+    )
+}
+
+/// Whether a host keeps its runs in `dir` now: it holds the directory's
+/// lock for as long as it lives. Asked by taking the lock shared, and
+/// letting it go at once.
+fn held_by_a_host(dir: &Path) -> bool {
+    let Ok(lock) = std::fs::File::open(dir.join(LOCK_FILE)) else {
+        return false;
+    };
+    matches!(
+        lock.try_lock_shared(),
+        Err(std::fs::TryLockError::WouldBlock)
     )
 }
 

@@ -15,8 +15,9 @@ use super::config::ConfigFile;
 #[command(
     after_help = "The directory is only read: it may be listed while serve keeps its runs there. \
     A waiting run is resumed by the next serve on the directory, its confirmation pending again; \
-    an interrupted one (its approved call was under way when its serve stopped, or had returned \
-    before the run's end) is reported by the next serve, not run again.\n\nExits non-zero when a file of the directory holds no run serve \
+    an approved one is running while a serve holds the directory, and interrupted once none does \
+    (its approved call was under way when its serve stopped, or had returned before the run's \
+    end): the next serve reports it, and does not run it again.\n\nExits non-zero when a file of the directory holds no run serve \
     could resume (it is listed with the reason, and left where it is)."
 )]
 pub struct RunsArgs {
@@ -83,15 +84,19 @@ fn describe(run: &KeptRunInfo) -> String {
     };
     let stands = match &run.approved_at {
         Some(at) => format!(
-            "interrupted: approved{} at {at}, {}",
+            "{}: approved{} at {at}, {}",
+            run.state,
             run.approved_by
                 .as_ref()
                 .map(|by| format!(" by {by}"))
                 .unwrap_or_default(),
-            match &run.returned {
-                None => "its call may or may not have run",
-                Some(Returned::Result(_)) => "its call ran; the run did not end",
-                Some(Returned::Error(_)) => "its call failed; the run did not end",
+            match (run.state, &run.returned) {
+                ("running", None) => "its call under way in the serve holding the directory",
+                ("running", Some(_)) =>
+                    "its call returned; the run goes on in the serve holding the directory",
+                (_, None) => "its call may or may not have run",
+                (_, Some(Returned::Result(_))) => "its call ran; the run did not end",
+                (_, Some(Returned::Error(_))) => "its call failed; the run did not end",
             }
         ),
         None => format!("waiting, expires {}", run.expires_at),
