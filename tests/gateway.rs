@@ -1504,23 +1504,22 @@ impl EventStream {
         }
     }
 
-    /// The next `reload` event whose outcome is `outcome` (at most 20 s);
-    /// the frames before it are skipped.
-    async fn reload(&mut self, outcome: &str) -> Value {
+    /// The next event's name, id and data, keep-alive comments skipped
+    /// (at most 20 s).
+    async fn next(&mut self) -> (String, Option<String>, Value) {
         let wait = async {
             loop {
                 while let Some(end) = self.text.find("\n\n") {
                     let frame: String = self.text.drain(..end + 2).collect();
-                    let Some(data) = frame
-                        .contains("event: reload")
-                        .then(|| sse_data(&frame).into_iter().next())
-                        .flatten()
-                    else {
-                        continue;
+                    let field = |name: &str| {
+                        frame
+                            .lines()
+                            .find_map(|line| line.strip_prefix(name))
+                            .map(str::to_owned)
                     };
-                    let event: Value = serde_json::from_str(&data).unwrap();
-                    if event["outcome"] == outcome {
-                        return event;
+                    if let Some(event) = field("event: ") {
+                        let data = sse_data(&frame).into_iter().next().unwrap_or_default();
+                        return (event, field("id: "), serde_json::from_str(&data).unwrap());
                     }
                 }
                 let chunk = self
@@ -1534,8 +1533,103 @@ impl EventStream {
         };
         tokio::time::timeout(Duration::from_secs(20), wait)
             .await
-            .unwrap_or_else(|_| panic!("no `{outcome}` reload event within 20 s"))
+            .expect("no event within 20 s")
     }
+
+    /// The next `reload` event whose outcome is `outcome`; the events
+    /// before it are skipped.
+    async fn reload(&mut self, outcome: &str) -> Value {
+        loop {
+            let (name, _, event) = self.next().await;
+            if name == "reload" && event["outcome"] == outcome {
+                return event;
+            }
+        }
+    }
+}
+
+/// An events client that comes back with the id of the last event it got
+/// (`Last-Event-ID`, as a browser's EventSource sends it) gets those it
+/// missed, then the live ones; with an id of another process (the gateway
+/// restarted) it gets what is kept and is told that it lost some; a
+/// malformed id is refused.
+#[tokio::test]
+async fn an_events_client_coming_back_gets_the_events_it_missed() {
+    let served = Served::start(Setup::default()).await;
+    let gateway = &served;
+    let status_of = |order: &'static str| async move {
+        let (status, body) = gateway
+            .post(
+                "/v1/skills/inquireOrderStatus/invoke",
+                json!({"orderId": order}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body:#}");
+    };
+    let follow = |last: Option<String>| {
+        let mut request = gateway.http.get(gateway.url("/v1/events"));
+        if let Some(last) = last {
+            request = request.header("last-event-id", last);
+        }
+        async move { EventStream::new(request.send().await.unwrap()) }
+    };
+    let invocation = |(name, id, event): (String, Option<String>, Value)| {
+        assert_eq!(name, "invocation", "{event:#}");
+        (id.expect("an event carries its id"), event)
+    };
+
+    let mut events = follow(None).await;
+    status_of("88231").await;
+    let (first, _) = invocation(events.next().await);
+    drop(events);
+    // Gone: two invocations pass by.
+    status_of("99001").await;
+    status_of("10000").await;
+
+    let mut events = follow(Some(first.clone())).await;
+    let (second, missed) = invocation(events.next().await);
+    let (third, _) = invocation(events.next().await);
+    assert_eq!(
+        missed["outcome"]["result"]["orderId"], "99001",
+        "{missed:#}"
+    );
+    let number = |id: &str| id.rsplit_once('-').unwrap().1.parse::<u64>().unwrap();
+    assert_eq!(
+        (number(&second), number(&third)),
+        (number(&first) + 1, number(&first) + 2)
+    );
+    // Then it follows on live.
+    status_of("88231").await;
+    let (fourth, _) = invocation(events.next().await);
+    assert_eq!(number(&fourth), number(&third) + 1);
+
+    // Another process's id: all three kept, after word of a gap.
+    let (host, _) = first.split_once('-').unwrap();
+    let elsewhere = if host == "0000000000000000" {
+        "0000000000000001-3"
+    } else {
+        "0000000000000000-3"
+    };
+    let mut events = follow(Some(elsewhere.into())).await;
+    let (name, id, lagged) = events.next().await;
+    assert_eq!((name.as_str(), id), ("lagged", None));
+    assert_eq!(lagged, json!({"missed": 0, "unknown_id": true}));
+    assert_eq!(invocation(events.next().await).0, first);
+
+    let (status, body) = read(
+        served
+            .http
+            .get(served.url("/v1/events"))
+            .header("last-event-id", "yesterday")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["error"]["code"], "invalid_last_event_id");
+    assert_eq!(body["error"]["param"], "Last-Event-ID");
+    served.shut_down().await;
 }
 
 /// Polls `path` until `ready` holds (at most 20 s).
@@ -2970,8 +3064,9 @@ async fn a_host_taking_a_gateways_skills_as_mcp_tools_follows_them() {
 }
 
 /// `GET /mcp`: the stream of the server's own messages tells a remote
-/// client when the skills change; a GET that does not take an event stream
-/// is refused, as is one from a web page of another origin.
+/// client when the skills change, again when it comes back after missing
+/// it; a GET that does not take an event stream is refused, as is one from
+/// a web page of another origin.
 #[tokio::test]
 async fn mcp_clients_are_told_on_their_stream_when_the_skills_change() {
     let served = Served::start(Setup::default()).await;
@@ -3018,6 +3113,40 @@ async fn mcp_clients_are_told_on_their_stream_when_the_skills_change() {
         .await
         .expect("told of the change");
     assert!(said.starts_with("event: message\ndata: {"), "{said}");
+    drop(stream);
+
+    // A client that comes back with the id of an event before the reload
+    // (`Last-Event-ID`) is told of it again.
+    let id = said
+        .lines()
+        .find_map(|line| line.strip_prefix("id: "))
+        .expect("the message carries the reload's id");
+    let (host, number) = id.split_once('-').unwrap();
+    let before = format!("{host}-{}", number.parse::<u64>().unwrap() - 1);
+    let resume = |last: String| {
+        served
+            .http
+            .get(served.url("/mcp"))
+            .header("accept", "text/event-stream")
+            .header("last-event-id", last)
+            .send()
+    };
+    let mut again = EventStream::new(resume(before).await.unwrap());
+    let (name, told_again, message) = again.next().await;
+    assert_eq!(
+        (name.as_str(), told_again.as_deref()),
+        ("message", Some(id))
+    );
+    assert_eq!(message["method"], "notifications/tools/list_changed");
+    let (status, refused) = read(resume("yesterday".into()).await.unwrap()).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Last-Event-ID `yesterday` is not an event id"),
+        "{refused}"
+    );
 }
 
 /// A key limited to some skills (`skill_scopes`) sees, invokes and calls

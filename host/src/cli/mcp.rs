@@ -276,7 +276,7 @@ impl Server {
 
     /// Tells the client whenever the skills change, from now on.
     fn tell_of_reloads(&self) -> tokio::task::JoinHandle<()> {
-        let mut events = self.host.subscribe();
+        let mut events = self.host.follow_events(None);
         let out = self.out.clone();
         tokio::spawn(async move {
             loop {

@@ -4,8 +4,9 @@
 //! Each run's [`AgentEvent`]s pass through an observer on their way to the
 //! run's caller. The observer records metrics (synchronously, so no figure is
 //! lost) and publishes the events subscribers care about as [`HostEvent`]s
-//! (on a bounded broadcast channel: a subscriber that falls behind is told
-//! how many it missed).
+//! on the host's [`EventLog`] (numbered, the latest kept for a follower
+//! that comes back; a subscriber that falls behind is told how many it
+//! missed).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::broadcast;
 
+use super::feed::{EventFeed, EventId, EventLog};
 use super::metrics::{HostMetrics, Live};
 use crate::agent::{
     AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
@@ -21,10 +23,6 @@ use crate::agent::{
 use crate::skills::signature::{Fingerprint, SignaturePolicy};
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
 use crate::tools::ToolRegistry;
-
-/// Events kept for a subscriber that falls behind. Default: 1024 — a few
-/// seconds of a busy gateway's invocations.
-const EVENT_BUFFER: usize = 1024;
 
 /// One thing that happened in a host, for [`SkillHost::subscribe`](super::SkillHost::subscribe).
 /// Serialized with a `type` field naming the variant (`reload`, `trust`,
@@ -180,7 +178,7 @@ pub struct Invocation {
 /// What every run of a host reports to: the metrics and the subscribers.
 pub(super) struct Observers {
     pub(super) metrics: HostMetrics,
-    events: broadcast::Sender<HostEvent>,
+    events: EventLog,
     /// Its tools tell a model's invented function names from real ones.
     skills: Arc<SkillRegistry>,
 }
@@ -191,7 +189,7 @@ impl Observers {
         let metrics = HostMetrics::observing(live);
         Self {
             metrics,
-            events: broadcast::channel(EVENT_BUFFER).0,
+            events: EventLog::new(),
             skills,
         }
     }
@@ -200,13 +198,12 @@ impl Observers {
         self.events.subscribe()
     }
 
-    /// Sends the event `make` builds to the subscribers; with none (the
-    /// common case) the event, and the copies it would take, is not built.
+    pub(super) fn follow(&self, after: Option<EventId>) -> EventFeed {
+        self.events.follow(after)
+    }
+
     fn publish(&self, make: impl FnOnce() -> HostEvent) {
-        if self.events.receiver_count() > 0 {
-            // A subscriber that left since is fine.
-            let _ = self.events.send(make());
-        }
+        self.events.publish(make);
     }
 
     /// Logs replaced tools and tells the subscribers.

@@ -9,9 +9,8 @@
 //! `isError` that the client's model can read.
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
-use super::{HostEvent, SkillHost};
+use super::{EventId, FeedError, HostEvent, SkillHost};
 use crate::agent::CallOutcome;
 use crate::skills::SkillScope;
 use crate::tools::Access;
@@ -19,7 +18,7 @@ use crate::tools::mcp::PROTOCOL_VERSIONS;
 
 pub use crate::tools::mcp::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 
-/// What one of the host's events ([`SkillHost::subscribe`]) means to a
+/// What one of the host's events ([`SkillHost::follow_events`]) means to a
 /// client that follows the tools list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolsNews {
@@ -33,12 +32,12 @@ pub enum ToolsNews {
 }
 
 impl ToolsNews {
-    /// What `received` from a host's event subscription means.
-    pub fn of(received: &Result<HostEvent, RecvError>) -> Self {
+    /// What `received` from a host's event feed means.
+    pub fn of(received: &Result<(EventId, HostEvent), FeedError>) -> Self {
         match received {
-            Ok(HostEvent::Reload(_)) | Err(RecvError::Lagged(_)) => Self::Changed,
+            Ok((_, HostEvent::Reload(_))) | Err(FeedError::Missed { .. }) => Self::Changed,
             Ok(_) => Self::Same,
-            Err(RecvError::Closed) => Self::Ended,
+            Err(FeedError::Ended) => Self::Ended,
         }
     }
 }

@@ -47,6 +47,7 @@
 //! HTTP gateway ([`crate::gateway`]) is built on this API and nothing else.
 
 mod events;
+mod feed;
 pub mod mcp;
 mod mcp_servers;
 pub mod metrics;
@@ -60,6 +61,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 pub use events::{HostEvent, Invocation, ToolsChange, TrustChange};
+pub use feed::{EventFeed, EventId, FeedError, NotAnEventId};
 pub use metrics::HostMetrics;
 
 use crate::agent::catalog::DisclosureConfig;
@@ -607,6 +609,17 @@ impl SkillHost {
     /// told how many (`RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<HostEvent> {
         self.inner.observers.subscribe()
+    }
+
+    /// The same events, each with its [`EventId`], after `after`: a
+    /// follower that went away and comes back with the id of the last it
+    /// got (an SSE client's `Last-Event-ID`) gets those it missed first,
+    /// as far as the host still keeps them — the latest 1024 and 8 MiB of
+    /// their JSON — and is told how many it lost beyond those
+    /// ([`FeedError::Missed`]). Without `after`, from now on. Events are
+    /// kept from the first follower on.
+    pub fn follow_events(&self, after: Option<EventId>) -> EventFeed {
+        self.inner.observers.follow(after)
     }
 
     /// The host's metrics.

@@ -25,8 +25,9 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use super::errors::ApiError;
 use super::openai::pending_text;
-use super::ops::{Relay, host_event_stream};
+use super::ops::{LastEventId, Relay, host_event_stream};
 use super::skills::{Invoked, drive_invocation, start_invocation};
 use super::{AppState, Mount, RunStart};
 use crate::agent::{CallOutcome, RunOptions};
@@ -83,8 +84,14 @@ pub async fn message(
 
 /// `GET /mcp`: the stream of the server's own messages, as server-sent
 /// events: `notifications/tools/list_changed` whenever a reload changes the
-/// skills (or events were missed). Ends when the gateway shuts down.
-pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+/// skills (or events were missed), with the reload's event id. A client
+/// coming back with `Last-Event-ID` is told again of a reload it missed.
+/// Ends when the gateway shuts down.
+pub async fn stream(
+    State(state): State<Arc<AppState>>,
+    last_event_id: Result<LastEventId, ApiError>,
+    headers: HeaderMap,
+) -> Response {
     let accepts_stream = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -97,12 +104,20 @@ pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap) -> R
     if let Err((status, reason)) = check_origin_and_version(&state, &headers) {
         return refused(status, INVALID_REQUEST, &reason);
     }
-    host_event_stream(&state, |received| match ToolsNews::of(&received) {
-        ToolsNews::Changed => Relay::Send(
-            Event::default()
+    let after = match last_event_id {
+        Ok(LastEventId(after)) => after,
+        Err(error) => return refused(error.status(), INVALID_REQUEST, error.message()),
+    };
+    host_event_stream(&state, after, |received| match ToolsNews::of(&received) {
+        ToolsNews::Changed => {
+            let message = Event::default()
                 .event("message")
-                .data(list_changed().to_string()),
-        ),
+                .data(list_changed().to_string());
+            Relay::Send(match received {
+                Ok((id, _)) => message.id(id.to_string()),
+                Err(_) => message,
+            })
+        }
         ToolsNews::Same => Relay::Skip,
         ToolsNews::Ended => Relay::End,
     })

@@ -4,20 +4,20 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, State};
 use axum::http::header;
+use axum::http::request::Parts;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
 
 use super::chat::answer_path;
 use super::errors::{ApiError, ApiPath};
 use super::openai::confirmation_json;
 use super::{AppState, Mount};
 use crate::embed::metrics::CONTENT_TYPE;
-use crate::embed::{Health, HostEvent};
+use crate::embed::{EventId, FeedError, Health, HostEvent, NotAnEventId};
 use crate::text;
 
 /// `GET /healthz`: always 200 while the process serves (liveness), with
@@ -121,26 +121,60 @@ pub async fn tools(State(state): State<Arc<AppState>>) -> Json<Value> {
     Json(json!({"object": "list", "data": tools}))
 }
 
-/// `GET /v1/events`: the host's events as SSE, named by their `type`; a
-/// client that falls behind gets a `lagged` event with how many it missed.
+/// `GET /v1/events`: the host's events as SSE, named by their `type`, each
+/// with its `id`. A client coming back with `Last-Event-ID` gets those it
+/// missed first, as far as the host keeps them; one that lost events (fell
+/// behind, or came back too late) gets a `lagged` event saying how many.
 /// Ends when the gateway shuts down.
 pub async fn events(
     State(state): State<Arc<AppState>>,
+    LastEventId(after): LastEventId,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    host_event_stream(&state, |received| match received {
-        Ok(event) => Relay::Send(match serde_json::to_string(&event) {
-            Ok(data) => Event::default().event(event.kind()).data(data),
-            Err(error) => Event::default()
-                .event("error")
-                .data(json!({"error": error.to_string()}).to_string()),
-        }),
-        Err(RecvError::Lagged(missed)) => Relay::Send(
+    host_event_stream(&state, after, |received| match received {
+        Ok((id, event)) => Relay::Send(
+            match serde_json::to_string(&event) {
+                Ok(data) => Event::default().event(event.kind()).data(data),
+                Err(error) => Event::default()
+                    .event("error")
+                    .data(json!({"error": error.to_string()}).to_string()),
+            }
+            .id(id.to_string()),
+        ),
+        Err(FeedError::Missed { count, unknown_id }) => Relay::Send(
             Event::default()
                 .event("lagged")
-                .data(json!({"missed": missed}).to_string()),
+                .data(json!({"missed": count, "unknown_id": unknown_id}).to_string()),
         ),
-        Err(RecvError::Closed) => Relay::End,
+        Err(FeedError::Ended) => Relay::End,
     })
+}
+
+/// The `Last-Event-ID` header: the id of the last event a client that
+/// comes back got. One that is no id the host gives is refused.
+pub(super) struct LastEventId(pub Option<EventId>);
+
+impl<S: Sync> FromRequestParts<S> for LastEventId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        let Some(value) = parts.headers.get("last-event-id") else {
+            return Ok(Self(None));
+        };
+        let id = value.to_str().ok().and_then(|text| text.parse().ok());
+        id.map(|id| Self(Some(id))).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_last_event_id",
+                format!(
+                    "Last-Event-ID `{}` is {NotAnEventId}",
+                    text::escaped(
+                        &String::from_utf8_lossy(value.as_bytes()),
+                        text::OUTSIDE_TEXT_BYTES
+                    )
+                ),
+            )
+            .with_param("Last-Event-ID")
+        })
+    }
 }
 
 /// What a stream of the host's events does with one thing received.
@@ -150,27 +184,29 @@ pub(super) enum Relay {
     End,
 }
 
-/// The host's events, as `relay` turns each into an SSE event (or none),
-/// until `relay` ends the stream or the gateway shuts down.
+/// The host's events after `after` (from now on without it), as `relay`
+/// turns each into an SSE event (or none), until `relay` ends the stream or
+/// the gateway shuts down.
 pub(super) fn host_event_stream<R>(
     state: &AppState,
+    after: Option<EventId>,
     relay: R,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<R>>
 where
-    R: Fn(Result<HostEvent, RecvError>) -> Relay + Send + 'static,
+    R: Fn(Result<(EventId, HostEvent), FeedError>) -> Relay + Send + 'static,
 {
-    let receiver = state.host.subscribe();
+    let feed = state.host.follow_events(after);
     let closing = state.closing.subscribe();
     let stream = futures::stream::unfold(
-        (receiver, closing, relay),
-        |(mut receiver, mut closing, relay)| async move {
+        (feed, closing, relay),
+        |(mut feed, mut closing, relay)| async move {
             loop {
                 let received = tokio::select! {
                     _ = closing.wait_for(|closing| *closing) => return None,
-                    received = receiver.recv() => received,
+                    received = feed.recv() => received,
                 };
                 match relay(received) {
-                    Relay::Send(event) => return Some((Ok(event), (receiver, closing, relay))),
+                    Relay::Send(event) => return Some((Ok(event), (feed, closing, relay))),
                     Relay::Skip => {}
                     Relay::End => return None,
                 }
