@@ -51,6 +51,11 @@ impl<T> Recent<T> {
         self.entries.push_back(Kept { at, bytes, record });
     }
 
+    /// Every record kept, oldest first, whatever its age.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter().map(|kept| &kept.record)
+    }
+
     /// The newest record that `matches`, younger than the age limit, and
     /// when it was made.
     pub(crate) fn latest(&self, matches: impl Fn(&T) -> bool) -> Option<(&T, SystemTime)> {

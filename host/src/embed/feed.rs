@@ -12,22 +12,26 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use rand::Rng;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::events::HostEvent;
+use crate::recent::{KeptFor, Recent};
 
 /// Events a live subscriber may fall behind by before it misses the
 /// oldest. Default: 1024 — a few seconds of a busy gateway's invocations.
 const BUFFERED_EVENTS: usize = 1024;
 
-/// Events kept for a follower that comes back: the latest 1024 at most...
-const KEPT_EVENTS: usize = 1024;
-
-/// ... and at most 8 MiB of their JSON (an invocation's event carries its
-/// result, up to the sandbox's output limit).
-const KEPT_BYTES: usize = 8 << 20;
+/// Events kept for a follower that comes back: the latest 1024, and 8 MiB
+/// of their JSON (an invocation's event carries its result, up to the
+/// sandbox's output limit), however old.
+const KEPT: KeptFor = KeptFor {
+    count: 1024,
+    age: Duration::MAX,
+    bytes: 8 << 20,
+};
 
 /// One event's place among its host's, `<host>-<number>`: the host's
 /// random tag (16 hex digits) and the event's number, from 1. What a
@@ -81,38 +85,17 @@ struct LogState {
     next: u64,
     /// Whether events are kept: since the first follower.
     keeping: bool,
-    /// The latest events, oldest first, numbered without a gap.
-    kept: VecDeque<KeptEvent>,
-    /// The JSON bytes of `kept`.
-    bytes: usize,
-}
-
-struct KeptEvent {
-    number: u64,
-    event: HostEvent,
-    bytes: usize,
+    /// The latest events with their numbers, oldest first, without a gap.
+    kept: Recent<(u64, HostEvent)>,
 }
 
 impl LogState {
-    fn keep(&mut self, number: u64, event: HostEvent) {
-        let bytes = json_len(&event);
-        self.kept.push_back(KeptEvent {
-            number,
-            event,
-            bytes,
-        });
-        self.bytes += bytes;
-        while self.kept.len() > KEPT_EVENTS || self.bytes > KEPT_BYTES {
-            let Some(oldest) = self.kept.pop_front() else {
-                break;
-            };
-            self.bytes -= oldest.bytes;
-        }
-    }
-
     /// The number of the oldest event kept (the next one's when none is).
     fn oldest(&self) -> u64 {
-        self.kept.front().map_or(self.next, |kept| kept.number)
+        self.kept
+            .iter()
+            .next()
+            .map_or(self.next, |(number, _)| *number)
     }
 }
 
@@ -127,8 +110,7 @@ impl EventLog {
             state: Mutex::new(LogState {
                 next: 1,
                 keeping: false,
-                kept: VecDeque::new(),
-                bytes: 0,
+                kept: Recent::new(KEPT),
             }),
             sender: broadcast::channel(BUFFERED_EVENTS).0,
         }
@@ -146,7 +128,10 @@ impl EventLog {
         }
         let event = make();
         if state.keeping {
-            state.keep(number, event.clone());
+            let bytes = json_len(&event);
+            state
+                .kept
+                .push((number, event.clone()), SystemTime::now(), bytes);
         }
         // A subscriber that left since is fine.
         let _ = self.sender.send(event);
@@ -174,8 +159,8 @@ impl EventLog {
         let backlog = state
             .kept
             .iter()
-            .filter(|kept| kept.number >= from)
-            .map(|kept| (self.id(kept.number), kept.event.clone()))
+            .filter(|(number, _)| *number >= from)
+            .map(|(number, event)| (self.id(*number), event.clone()))
             .collect();
         EventFeed {
             host: self.host,
@@ -344,7 +329,7 @@ mod tests {
             log.publish(|| event("first"));
             server(watching.recv().await)
         };
-        for _ in 0..KEPT_EVENTS + 3 {
+        for _ in 0..KEPT.count + 3 {
             log.publish(|| event("later"));
         }
         let mut back = log.follow(Some(first));
@@ -383,13 +368,12 @@ mod tests {
     fn the_kept_events_stay_within_their_bytes() {
         let log = EventLog::new();
         let _watching = log.follow(None);
-        let big = "x".repeat(KEPT_BYTES / 4);
+        let big = "x".repeat(KEPT.bytes / 4);
         for _ in 0..6 {
             log.publish(|| event(&big));
         }
         let state = log.state.lock().unwrap();
-        assert_eq!(state.kept.len(), 3);
-        assert!(state.bytes <= KEPT_BYTES);
+        assert_eq!(state.kept.iter().count(), 3);
         assert_eq!(state.oldest(), 4);
     }
 }
