@@ -17,7 +17,7 @@ use skillhost::agent::llm::Message;
 use skillhost::agent::{
     AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Resolution, RunOptions,
 };
-use skillhost::skills::SkillScope;
+use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::tools::Tool;
 use skillhost::tools::demo::{DemoDb, OrderStatus, article_000_tools};
 
@@ -514,4 +514,84 @@ async fn a_run_limited_to_some_skills_sees_and_unlocks_only_theirs() {
         shop.db.order_status(PAID_ORDER).unwrap(),
         Some(OrderStatus::Paid)
     );
+}
+
+/// A run limited to some tools (an API key's tool scope) is offered only
+/// those, also once a skill unlocking others is loaded; a call of another
+/// is refused and never runs, and load_skill tells of the unlocks in scope
+/// alone.
+#[tokio::test]
+async fn a_run_limited_to_some_tools_is_offered_and_calls_only_those() {
+    let shop = shop().await;
+    let llm = ScriptedLlm::start(vec![
+        Step::tool_call("load_skill", json!({"skill": "order_change"})),
+        Step::tool_call(
+            "change_address",
+            json!({"order_id": PAID_ORDER, "address": "Hangzhou"}),
+        ),
+        Step::tool_call(
+            "submit_ticket",
+            json!({"subject": "address", "detail": "change it"}),
+        ),
+        Step::text("Order 88239 can be cancelled. Shall I?"),
+    ])
+    .await;
+    let agent = shop.agent(&llm, config());
+    let options = RunOptions::new().tools(ToolScope::only(["query_*", "cancel_order"]));
+    let finished = agent
+        .start_with(
+            vec![Message::user("Change the address of 88239")],
+            options.clone(),
+        )
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    finished.result.unwrap();
+
+    let requests = llm.requests();
+    let lists: Vec<Vec<String>> = requests
+        .iter()
+        .map(|request| request.tool_names())
+        .collect();
+    assert_eq!(
+        unlock_table(&lists),
+        [
+            ("cancel_order", vec![false, true, true, true]),
+            ("change_address", vec![false, false, false, false]),
+            ("apply_after_sale", vec![false, false, false, false]),
+            ("update_cart_item", vec![false, false, false, false]),
+            ("create_order", vec![false, false, false, false]),
+            ("pay_order", vec![false, false, false, false]),
+        ]
+    );
+    let scope = options.tool_scope();
+    for list in &lists {
+        assert!(list.contains(&"query_order".to_owned()), "{list:?}");
+        assert!(
+            list.iter()
+                .all(|name| name == "load_skill" || scope.allows(name)),
+            "{list:?}"
+        );
+    }
+    let description = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["function"]["name"] == "load_skill")
+        .expect("load_skill is offered")["function"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        description.contains("(unlocks: cancel_order)"),
+        "{description}"
+    );
+    assert!(!description.contains("change_address"), "{description}");
+
+    let calls = calls_of(&finished.events, &Caller::Main);
+    assert!(matches!(calls[0].2, CallOutcome::Done { .. }));
+    for call in &calls[1..] {
+        let reason = refusal(&call.2);
+        assert!(reason.contains("not available"), "{}: {reason}", call.0);
+    }
 }

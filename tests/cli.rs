@@ -759,6 +759,11 @@ async fn serve_warns_of_settings_naming_no_key_or_skill() {
              the gateway has no keys",
         ),
         (
+            "[server.tool_scopes]\nsupport-desk = [\"queryOrder\"]\n",
+            "[server.tool_scopes] names keys that no key of this gateway goes by: support-desk; \
+             the gateway has no keys",
+        ),
+        (
             "[sandbox.skills.refundProcess]\ntool_calls = 1\n",
             "[sandbox.skills] sets limits for skills that are not loaded: refundProcess;",
         ),
@@ -2308,7 +2313,7 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
     )
     .unwrap();
     send_signal(&serve, "-HUP").await;
-    said_next(&mut stderr, "the skill scopes in force stay").await;
+    said_next(&mut stderr, "the scopes in force stay").await;
     assert_eq!(refund_shown().await, reqwest::StatusCode::FORBIDDEN);
 
     std::fs::write(
@@ -2319,7 +2324,7 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
     send_signal(&serve, "-HUP").await;
     said_next(
         &mut stderr,
-        "API keys' skill scopes read again from skillhost.toml: 1 key(s) scoped",
+        "API keys' scopes read again from skillhost.toml: 1 key(s) scoped",
     )
     .await;
     assert_eq!(refund_shown().await, reqwest::StatusCode::OK);

@@ -16,7 +16,7 @@ use skillhost::agent::{
 };
 use skillhost::embed::{SkillHost, SkillHostBuilder};
 use skillhost::gateway::{Gateway, GatewayConfig};
-use skillhost::skills::SkillScope;
+use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 use skillhost::tools::{Tool, ToolContext, ToolError, ToolSpec};
@@ -99,14 +99,17 @@ impl Premises {
 
     /// In a process of its own that then ends: a chat whose model calls
     /// `processRefund`, left waiting for the refund's approval inside the
-    /// skill, for a caller limited to that skill. Returns the run's id and
+    /// skill, for a caller limited to that skill and to `queryOrder` of the
+    /// tools. Returns the run's id and
     /// the confirmation's.
     fn refund_chat_left_waiting(&self) -> (RunId, String) {
         let process = tokio::runtime::Runtime::new().unwrap();
         process.block_on(async {
             let llm = ScriptedLlm::start(vec![refund_call()]).await;
             let host = self.host_with(Some(&llm)).await;
-            let options = RunOptions::new().skills(SkillScope::only(["processRefund"]));
+            let options = RunOptions::new()
+                .skills(SkillScope::only(["processRefund"]))
+                .tools(ToolScope::only(["queryOrder"]));
             let mut run = host
                 .chat_with(vec![Message::user(REFUND_REQUEST)], options)
                 .unwrap();
@@ -288,6 +291,7 @@ fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
         .expect("the kept run");
     // Resumed as limited as it started.
     assert_eq!(kept["skills"], json!(["processRefund"]));
+    assert_eq!(kept["tools"], json!(["queryOrder"]));
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
@@ -313,6 +317,13 @@ fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
         assert_eq!(output.answer, answer);
         let requests = llm.requests();
         assert_eq!(requests.len(), 1, "only the final answer is asked");
+        // Not searchKnowledge nor the others: queryOrder alone, which the
+        // skill absorbs.
+        assert_eq!(
+            requests[0].tool_names(),
+            ["processRefund"],
+            "not as limited"
+        );
         let messages = requests[0].body["messages"].as_array().unwrap();
         let result = messages
             .iter()

@@ -39,9 +39,10 @@ use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, DEFAULT_SYSTEM_PROMPT, Decision, Transcript,
 };
 use skillhost::runtime::{Runtime, RuntimeConfig};
+use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::signature::SignaturePolicy;
-use skillhost::skills::{SkillRegistry, SkillScope, SkillSnapshot};
+use skillhost::skills::{SkillRegistry, SkillSnapshot};
 use skillhost::tools::demo::{self, DemoDb};
 use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolRegistry, ToolSpec};
 
@@ -347,7 +348,13 @@ async fn round_cost(iterations: usize) -> Vec<RoundFigures> {
     ];
     let mut figures = Vec::new();
     for (label, config, iterations) in configs {
-        let catalog = Catalog::new(&tools, &snapshot, &SkillScope::all(), &config);
+        let catalog = Catalog::new(
+            &tools,
+            &snapshot,
+            &SkillScope::all(),
+            &ToolScope::all(),
+            &config,
+        );
         let functions = catalog.functions(&transcript.loaded_skills());
         let mask = time(iterations, || {
             catalog
@@ -580,8 +587,14 @@ async fn list_tokens(root: &Path, cl100k: &CoreBPE, o200k: &CoreBPE) -> Vec<Toke
     configs
         .into_iter()
         .map(|(label, config)| {
-            let functions = Catalog::new(&tools, &snapshot, &SkillScope::all(), &config)
-                .functions(&BTreeSet::new());
+            let functions = Catalog::new(
+                &tools,
+                &snapshot,
+                &SkillScope::all(),
+                &ToolScope::all(),
+                &config,
+            )
+            .functions(&BTreeSet::new());
             // The `tools` array exactly as the request body carries it.
             let json = serde_json::to_string(&functions.definitions).expect("definitions");
             TokenFigures {

@@ -12,6 +12,7 @@ mod private_dir;
 mod recent;
 pub mod runtime;
 mod schema;
+pub mod scope;
 pub mod skills;
 pub mod text;
 pub mod tools;

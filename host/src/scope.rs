@@ -1,7 +1,8 @@
-//! Name patterns, and the skills a caller may use: an API key limited to
-//! some skills, say, sees and runs only those.
+//! Name patterns, and the skills and tools a caller may use: an API key
+//! limited to some skills, say, sees and runs only those.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// Whether `name` matches `pattern`, whose `*`s stand for any run of
@@ -25,23 +26,59 @@ pub fn matches_pattern(pattern: &str, name: &str) -> bool {
     rest.ends_with(last)
 }
 
-/// The skills a run may use: every loaded one (the default), or only those
-/// whose names match one of some patterns (`order_*`). Outside it, a skill
-/// is neither offered to the run's model nor run when named.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SkillScope {
-    /// `None`: every skill.
+/// The names of one kind — skills, tools — a run may use: every one (the
+/// default), or only those matching one of some patterns (`order_*`).
+/// [`SkillScope`] and [`ToolScope`].
+pub struct Scope<K> {
+    /// `None`: every name.
     patterns: Option<Arc<[String]>>,
+    kind: PhantomData<fn() -> K>,
 }
 
-impl SkillScope {
-    /// Every skill.
+/// What a [`Scope`] limits.
+pub trait ScopeKind {
+    /// One of them, for the scope's description (`skill`).
+    const NOUN: &'static str;
+}
+
+/// The skills a run may use: outside it, a skill is neither offered to the
+/// run's model nor run when named.
+pub type SkillScope = Scope<Skills>;
+
+/// The tools a run's main agent may be offered and call itself: outside
+/// it, a tool is never offered (not even once a skill unlocks it) and
+/// refused when called. A skill's steps and sub-agent call the tools
+/// their manifest declares whatever it says: the skill scope decides
+/// which skills run.
+pub type ToolScope = Scope<Tools>;
+
+/// The kind of a [`SkillScope`].
+#[derive(Debug)]
+pub enum Skills {}
+
+/// The kind of a [`ToolScope`].
+#[derive(Debug)]
+pub enum Tools {}
+
+impl ScopeKind for Skills {
+    const NOUN: &'static str = "skill";
+}
+
+impl ScopeKind for Tools {
+    const NOUN: &'static str = "tool";
+}
+
+impl<K> Scope<K> {
+    /// Every name.
     pub fn all() -> Self {
-        Self::default()
+        Self {
+            patterns: None,
+            kind: PhantomData,
+        }
     }
 
-    /// The skills whose names match one of `patterns` (`*` stands for any
-    /// run of characters). No pattern: no skill.
+    /// The names that match one of `patterns` (`*` stands for any run of
+    /// characters). No pattern: none.
     pub fn only<I, S>(patterns: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -49,10 +86,16 @@ impl SkillScope {
     {
         Self {
             patterns: Some(patterns.into_iter().map(Into::into).collect()),
+            kind: PhantomData,
         }
     }
 
-    /// Whether the skill `name` is in scope.
+    /// Every name without `patterns`, else those that match one.
+    pub fn of(patterns: Option<Vec<String>>) -> Self {
+        patterns.map_or_else(Self::all, Self::only)
+    }
+
+    /// Whether `name` is in scope.
     pub fn allows(&self, name: &str) -> bool {
         self.patterns.as_deref().is_none_or(|patterns| {
             patterns
@@ -61,23 +104,52 @@ impl SkillScope {
         })
     }
 
-    /// Whether every skill is in scope.
+    /// Whether every name is in scope.
     pub fn is_all(&self) -> bool {
         self.patterns.is_none()
     }
 
-    /// The patterns, or `None` for every skill.
+    /// The patterns, or `None` for every name.
     pub fn patterns(&self) -> Option<&[String]> {
         self.patterns.as_deref()
     }
 }
 
+impl<K> Default for Scope<K> {
+    fn default() -> Self {
+        Self::all()
+    }
+}
+
+impl<K> Clone for Scope<K> {
+    fn clone(&self) -> Self {
+        Self {
+            patterns: self.patterns.clone(),
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K> PartialEq for Scope<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.patterns == other.patterns
+    }
+}
+
+impl<K> Eq for Scope<K> {}
+
+impl<K: ScopeKind> fmt::Debug for Scope<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}Scope({self})", K::NOUN)
+    }
+}
+
 /// The patterns, comma-separated (`every skill` for all).
-impl fmt::Display for SkillScope {
+impl<K: ScopeKind> fmt::Display for Scope<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.patterns.as_deref() {
-            None => f.write_str("every skill"),
-            Some([]) => f.write_str("no skill"),
+            None => write!(f, "every {}", K::NOUN),
+            Some([]) => write!(f, "no {}", K::NOUN),
             Some(patterns) => f.write_str(&patterns.join(", ")),
         }
     }
@@ -120,5 +192,7 @@ mod tests {
         assert!(!scope.allows("processRefund"));
         assert!(!SkillScope::only(Vec::<String>::new()).allows("processRefund"));
         assert_eq!(scope.to_string(), "inquireOrderStatus, order_*");
+        assert_eq!(ToolScope::all().to_string(), "every tool");
+        assert_eq!(ToolScope::only(Vec::<String>::new()).to_string(), "no tool");
     }
 }

@@ -21,7 +21,8 @@ use serde_json::json;
 
 use super::llm::ToolDefinition;
 use super::tokens;
-use crate::skills::{LoadedSkill, Manifest, SkillName, SkillScope, SkillSnapshot};
+use crate::scope::{SkillScope, ToolScope};
+use crate::skills::{LoadedSkill, Manifest, SkillName, SkillSnapshot};
 use crate::tools::ToolRegistry;
 
 pub use crate::skills::manifest::LOAD_SKILL;
@@ -88,9 +89,10 @@ pub enum Refusal {
         /// The skills whose loading unlocks it.
         skills: Vec<String>,
     },
-    /// An unlock tool nothing can unlock in this run: the agent does not
-    /// offer `load_skill` ([`LoadSkillMode::Never`]), or only skills outside
-    /// the run's [`SkillScope`] unlock it.
+    /// A tool this run may not use: outside the run's [`ToolScope`], or an
+    /// unlock tool nothing can unlock in it — the agent does not offer
+    /// `load_skill` ([`LoadSkillMode::Never`]), or only skills outside the
+    /// run's [`SkillScope`] unlock it.
     #[error("tool `{0}` is not available in this conversation; do without it")]
     Unavailable(String),
     /// A tool absorbed by skills (progressive disclosure).
@@ -167,7 +169,8 @@ pub struct Catalog {
     absorbed: BTreeSet<String>,
     /// For each unlock tool, the skills in scope that unlock it.
     unlocked_by: BTreeMap<String, Vec<SkillName>>,
-    /// Unlock tools that only skills outside the run's scope unlock.
+    /// Tools outside the run's tool scope, and unlock tools that only
+    /// skills outside its skill scope unlock.
     unreachable: BTreeSet<String>,
     /// Every registered tool as a function, for skills' scopes.
     tools: BTreeMap<String, Function>,
@@ -176,19 +179,25 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Computes what the main agent can be offered for this snapshot.
+    /// Computes what the main agent can be offered for this snapshot, in
+    /// a run that may use the skills of `skill_scope` and the tools of
+    /// `tool_scope`.
     pub fn new(
         tools: &ToolRegistry,
         skills: &SkillSnapshot,
-        scope: &SkillScope,
+        skill_scope: &SkillScope,
+        tool_scope: &ToolScope,
         config: &DisclosureConfig,
     ) -> Self {
-        let in_scope = |skill: &&LoadedSkill| scope.allows(skill.component.name().as_str());
+        let in_scope = |skill: &&LoadedSkill| skill_scope.allows(skill.component.name().as_str());
         let mut unlocked_by: BTreeMap<String, Vec<SkillName>> = BTreeMap::new();
         let mut out_of_scope_unlocks = BTreeSet::new();
         for skill in skills.skills() {
             let manifest = skill.component.manifest();
             for tool in &manifest.unlocks {
+                if !tool_scope.allows(tool) {
+                    continue;
+                }
                 if in_scope(&skill) {
                     unlocked_by
                         .entry(tool.clone())
@@ -199,10 +208,17 @@ impl Catalog {
                 }
             }
         }
-        // Only a skill outside the scope unlocks these: never offered.
+        // Outside the tool scope, or only a skill outside the skill scope
+        // unlocks these: never offered.
         let unreachable: BTreeSet<String> = out_of_scope_unlocks
             .into_iter()
             .filter(|tool| !unlocked_by.contains_key(tool))
+            .chain(
+                tools
+                    .specs()
+                    .filter(|spec| !tool_scope.allows(&spec.name))
+                    .map(|spec| spec.name.clone()),
+            )
             .collect();
         let absorbed: BTreeSet<String> = if config.skill_functions && config.progressive_disclosure
         {
@@ -261,7 +277,7 @@ impl Catalog {
         if offer_load_skill {
             offered.push(Function::new(
                 Callable::LoadSkill,
-                load_skill_definition(skills.skills().filter(in_scope)),
+                load_skill_definition(skills.skills().filter(in_scope), tool_scope),
             ));
         }
         let by_name = offered
@@ -342,7 +358,10 @@ impl Catalog {
 /// model that some tools appear only once the matching skill is loaded, so
 /// that the skill list — not this round's tool list — decides what is
 /// possible.
-fn load_skill_definition<'a>(skills: impl Iterator<Item = &'a LoadedSkill>) -> ToolDefinition {
+fn load_skill_definition<'a>(
+    skills: impl Iterator<Item = &'a LoadedSkill>,
+    tool_scope: &ToolScope,
+) -> ToolDefinition {
     let mut description = String::from(
         "Load a skill's instructions (its procedure) into the conversation before handling a task it covers.\n\
          Some business tools appear in your tool list only after the skill that governs them is loaded: \
@@ -353,8 +372,14 @@ fn load_skill_definition<'a>(skills: impl Iterator<Item = &'a LoadedSkill>) -> T
     for skill in skills {
         let manifest = skill.component.manifest();
         description.push_str(&format!("- {}: {}", manifest.name, manifest.description));
-        if !manifest.unlocks.is_empty() {
-            description.push_str(&format!(" (unlocks: {})", manifest.unlocks.join(", ")));
+        let unlocks: Vec<&str> = manifest
+            .unlocks
+            .iter()
+            .map(String::as_str)
+            .filter(|tool| tool_scope.allows(tool))
+            .collect();
+        if !unlocks.is_empty() {
+            description.push_str(&format!(" (unlocks: {})", unlocks.join(", ")));
         }
         description.push('\n');
         names.push(manifest.name.as_str());

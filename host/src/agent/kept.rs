@@ -57,7 +57,8 @@ use super::ids::RunId;
 use super::llm::{ChatResponse, Message};
 use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
 use crate::runtime::WasiSources;
-use crate::skills::{SkillScope, SkillVersion};
+use crate::scope::{SkillScope, ToolScope};
+use crate::skills::SkillVersion;
 use crate::text::clip;
 use crate::tools::ToolError;
 
@@ -192,6 +193,9 @@ pub(super) struct KeptRun {
     /// The patterns of the run's [`SkillScope`]; absent: every skill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) skills: Option<Vec<String>>,
+    /// The patterns of the run's [`ToolScope`]; absent: every tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) tools: Option<Vec<String>>,
     pub(super) kept: Kept,
     pub(super) waiting: KeptConfirmation,
 }
@@ -870,6 +874,7 @@ impl Keeping {
         run: RunId,
         requested_by: Option<String>,
         skills: &SkillScope,
+        tools: &ToolScope,
         journal: Option<&Journal>,
         waiting: KeptConfirmation,
     ) -> Option<KeptRun> {
@@ -889,6 +894,7 @@ impl Keeping {
             run,
             requested_by,
             skills: skills.patterns().map(<[String]>::to_vec),
+            tools: tools.patterns().map(<[String]>::to_vec),
             kept,
             waiting,
         })

@@ -28,7 +28,8 @@ use super::kept::{ApprovedRun, Keeping, KeptAnswer, KeptConfirmation, Returned, 
 use super::llm::{ChatRequest, ChatResponse, FinishReason, Message, Usage};
 use super::service::AgentInner;
 use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
-use crate::skills::{LoadedSkill, Manifest, SkillName, SkillScope, SkillSnapshot};
+use crate::scope::{SkillScope, ToolScope};
+use crate::skills::{LoadedSkill, Manifest, SkillName, SkillSnapshot};
 use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError, ToolRegistry};
 
 /// LLM calls and tokens of one run, sub-agents included.
@@ -420,6 +421,9 @@ pub(super) struct RunContext {
     requested_by: Option<String>,
     /// The skills it may use ([`RunOptions::skills`]).
     skills: SkillScope,
+    /// The tools its model may be offered ([`RunOptions::tools`]): kept
+    /// with the run; its catalog applies it.
+    tools: ToolScope,
     /// What the run keeps on disk while it waits for a person: set for a
     /// run that may be kept ([`super::kept`]).
     kept: Option<Keeping>,
@@ -434,6 +438,7 @@ pub struct RunOptions {
     context: ToolContext,
     requested_by: Option<String>,
     skills: SkillScope,
+    tools: ToolScope,
 }
 
 impl RunOptions {
@@ -478,8 +483,9 @@ impl RunOptions {
 
     /// The run may use only the skills of `scope`: the others are neither
     /// offered to its model nor run when named
-    /// ([`AgentError::SkillNotPermitted`]).
-    /// Tools no skill declares are offered as without a scope.
+    /// ([`AgentError::SkillNotPermitted`]), and a tool only they unlock is
+    /// never offered. Tools no skill unlocks are offered as without a
+    /// scope: [`Self::tools`] limits those.
     #[must_use]
     pub fn skills(mut self, scope: SkillScope) -> Self {
         self.skills = scope;
@@ -489,6 +495,22 @@ impl RunOptions {
     /// The skills the run may use.
     pub fn skill_scope(&self) -> &SkillScope {
         &self.skills
+    }
+
+    /// The run's model may be offered, and call itself, only the tools of
+    /// `scope`: any other is left out of its function list (also once a
+    /// skill that unlocks it is loaded) and refused as unavailable when
+    /// called. The skills it runs call the tools their manifests declare,
+    /// whatever `scope` says.
+    #[must_use]
+    pub fn tools(mut self, scope: ToolScope) -> Self {
+        self.tools = scope;
+        self
+    }
+
+    /// The tools the run's model may use itself.
+    pub fn tool_scope(&self) -> &ToolScope {
+        &self.tools
     }
 
     /// Whether the run's tools are handed nothing but what the run adds.
@@ -508,7 +530,7 @@ impl RunContext {
         kept: Option<Keeping>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<AgentEvent>) {
         let (events, receiver) = mpsc::unbounded_channel();
-        let catalog = agent.catalog_for(&snapshot, &options.skills);
+        let catalog = agent.catalog_for(&snapshot, &options.skills, &options.tools);
         let tracker = agent
             .observer
             .as_ref()
@@ -518,6 +540,7 @@ impl RunContext {
             context,
             requested_by,
             skills,
+            tools,
         } = options;
         let run = Self {
             tool_context: context.with(id.clone()),
@@ -534,6 +557,7 @@ impl RunContext {
             declined: Mutex::default(),
             requested_by,
             skills,
+            tools,
             kept,
         };
         (Arc::new(run), receiver)
@@ -971,6 +995,7 @@ impl RunContext {
             self.id.clone(),
             self.requested_by.clone(),
             &self.skills,
+            &self.tools,
             journal,
             KeptConfirmation::of(pending),
         ) else {

@@ -19,7 +19,8 @@ use super::run::{RunContext, RunHandle, RunObserver, RunOptions, RunOutput, Skil
 use super::skill;
 use super::transcript::Transcript;
 use crate::runtime::InvokeError;
-use crate::skills::{SkillRegistry, SkillScope, SkillSnapshot, SkillVersion};
+use crate::scope::{SkillScope, ToolScope};
+use crate::skills::{SkillRegistry, SkillSnapshot, SkillVersion};
 use crate::tools::ToolRegistry;
 
 /// Why a run could not start or did not finish.
@@ -124,21 +125,27 @@ impl AgentInner {
     }
 
     /// The functions a run over `snapshot` that may use the skills of
-    /// `scope` is offered. The catalog of every skill is kept for the next
-    /// run on the same snapshot.
+    /// `skill_scope` and the tools of `tool_scope` is offered. The catalog
+    /// of every skill and tool is kept for the next run on the same
+    /// snapshot.
     pub(super) fn catalog_for(
         &self,
         snapshot: &Arc<SkillSnapshot>,
-        scope: &SkillScope,
+        skill_scope: &SkillScope,
+        tool_scope: &ToolScope,
     ) -> Arc<Catalog> {
         let tools = self.tools_of(snapshot);
-        if !scope.is_all() {
-            return Arc::new(Catalog::new(
+        let catalog = || {
+            Catalog::new(
                 tools,
                 snapshot,
-                scope,
+                skill_scope,
+                tool_scope,
                 &self.config.disclosure,
-            ));
+            )
+        };
+        if !skill_scope.is_all() || !tool_scope.is_all() {
+            return Arc::new(catalog());
         }
         let mut cached = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((of, catalog)) = cached.as_ref()
@@ -146,12 +153,7 @@ impl AgentInner {
         {
             return catalog.clone();
         }
-        let catalog = Arc::new(Catalog::new(
-            tools,
-            snapshot,
-            scope,
-            &self.config.disclosure,
-        ));
+        let catalog = Arc::new(catalog());
         *cached = Some((snapshot.clone(), catalog.clone()));
         catalog
     }
@@ -310,8 +312,11 @@ impl Agent {
 
     /// What the main agent can be offered over the current skills.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.inner
-            .catalog_for(&self.inner.skills.snapshot(), &SkillScope::all())
+        self.inner.catalog_for(
+            &self.inner.skills.snapshot(),
+            &SkillScope::all(),
+            &ToolScope::all(),
+        )
     }
 
     /// Starts the main agent on one user message.
@@ -487,18 +492,19 @@ impl Agent {
             run: id,
             requested_by,
             skills,
+            tools,
             kept,
             waiting,
             ..
         } = kept;
         let snapshot = self.inner.skills.snapshot();
         // As limited as when it started: a restart widens no scope.
-        let scope = skills.map_or_else(SkillScope::all, SkillScope::only);
         let options = match &requested_by {
             Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
             None => RunOptions::new(),
         }
-        .skills(scope);
+        .skills(SkillScope::of(skills))
+        .tools(ToolScope::of(tools));
         let open = |what| {
             let kept = Keeping::new(store.clone(), what, true);
             RunContext::new(

@@ -27,10 +27,11 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
-use skillhost::gateway::{CorsOrigin, MAX_HEADER_TIMEOUT};
+use skillhost::gateway::{CorsOrigin, KeyScopes, MAX_HEADER_TIMEOUT};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
+use skillhost::scope::{Scope, ScopeKind};
+use skillhost::skills::SkillName;
 use skillhost::skills::signature::{Fingerprint, KeyScope};
-use skillhost::skills::{SkillName, SkillScope};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::mcp::{McpConnection, McpServerConfig};
 use skillhost::tools::{StandIn, Tool, ToolSpec};
@@ -100,8 +101,10 @@ pub struct ServerSection {
     pub cors_origins: Option<Vec<CorsOrigin>>,
     /// See [`ServerSection::forward_headers`].
     forward_headers: Option<Vec<String>>,
-    /// See [`ServerSection::skill_scopes`].
+    /// See [`ServerSection::scopes`].
     skill_scopes: Option<BTreeMap<String, Vec<String>>>,
+    /// See [`ServerSection::scopes`].
+    tool_scopes: Option<BTreeMap<String, Vec<String>>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
@@ -129,26 +132,39 @@ impl ServerSection {
 }
 
 impl ServerSection {
-    /// `[server.skill_scopes]`: the skills each API key, by name, may use
-    /// ([`GatewayConfig::skill_scopes`](skillhost::gateway::GatewayConfig::skill_scopes)).
+    /// `[server.skill_scopes]` and `[server.tool_scopes]`: the skills and
+    /// the tools each API key, by name, may use
+    /// ([`GatewayConfig::scopes`](skillhost::gateway::GatewayConfig::scopes)).
     /// A blank name or pattern is refused; an empty list is a key that may
-    /// use no skill.
-    pub fn skill_scopes(&self) -> anyhow::Result<BTreeMap<String, SkillScope>> {
-        let mut scopes = BTreeMap::new();
-        for (key, patterns) in self.skill_scopes.iter().flatten() {
-            anyhow::ensure!(
-                !key.trim().is_empty(),
-                "[server.skill_scopes]: a key name is blank"
-            );
-            anyhow::ensure!(
-                patterns.iter().all(|pattern| !pattern.trim().is_empty()),
-                "[server.skill_scopes] {key}: a skill name is blank (`*` stands for any run of \
-                 characters: `order_*`)"
-            );
-            scopes.insert(key.clone(), SkillScope::only(patterns.iter().cloned()));
-        }
-        Ok(scopes)
+    /// use none.
+    pub fn scopes(&self) -> anyhow::Result<KeyScopes> {
+        Ok(KeyScopes {
+            skills: scopes_of("skill_scopes", &self.skill_scopes)?,
+            tools: scopes_of("tool_scopes", &self.tool_scopes)?,
+        })
     }
+}
+
+/// The scopes of `[server.<table>]`.
+fn scopes_of<K: ScopeKind>(
+    table: &str,
+    entries: &Option<BTreeMap<String, Vec<String>>>,
+) -> anyhow::Result<BTreeMap<String, Scope<K>>> {
+    let mut scopes = BTreeMap::new();
+    for (key, patterns) in entries.iter().flatten() {
+        anyhow::ensure!(
+            !key.trim().is_empty(),
+            "[server.{table}]: a key name is blank"
+        );
+        anyhow::ensure!(
+            patterns.iter().all(|pattern| !pattern.trim().is_empty()),
+            "[server.{table}] {key}: a {} name is blank (`*` stands for any run of characters: \
+             `order_*`)",
+            K::NOUN
+        );
+        scopes.insert(key.clone(), Scope::only(patterns.iter().cloned()));
+    }
+    Ok(scopes)
 }
 
 /// `[agent]`.
@@ -550,27 +566,29 @@ mod tests {
         assert!(!EXAMPLE.contains("sk-"));
     }
 
-    /// The example's `[server.skill_scopes]`, commented out there, reads
-    /// as it says; a blank skill name is an error.
+    /// The example's `[server.skill_scopes]` and `[server.tool_scopes]`,
+    /// commented out there, read as they say; a blank name is an error.
     #[test]
-    fn the_examples_skill_scopes_read_once_uncommented() {
-        let block = uncommented("# [server.skill_scopes]");
-        let scopes = ConfigFile::parse(&block)
-            .unwrap()
-            .server
-            .skill_scopes()
-            .unwrap();
-        let [(key, scope)] = Vec::from_iter(scopes).try_into().unwrap();
-        assert_eq!(key, "support-desk");
-        assert!(scope.allows("inquireOrderStatus") && scope.allows("order_change"));
-        assert!(!scope.allows("processRefund"));
-        let blank =
-            ConfigFile::parse("[server.skill_scopes]\ndesk = [\"order_*\", \" \"]\n").unwrap();
-        let error = blank.server.skill_scopes().unwrap_err().to_string();
-        assert!(
-            error.contains("[server.skill_scopes] desk: a skill name is blank"),
-            "{error}"
-        );
+    fn the_examples_scopes_read_once_uncommented() {
+        let block = uncommented("# [server.skill_scopes]") + &uncommented("# [server.tool_scopes]");
+        let scopes = ConfigFile::parse(&block).unwrap().server.scopes().unwrap();
+        assert_eq!(Vec::from_iter(scopes.key_names()), ["support-desk"]);
+        let skills = &scopes.skills["support-desk"];
+        assert!(skills.allows("inquireOrderStatus") && skills.allows("order_change"));
+        assert!(!skills.allows("processRefund"));
+        let tools = &scopes.tools["support-desk"];
+        assert!(tools.allows("query_member") && tools.allows("cancel_order"));
+        assert!(!tools.allows("submit_ticket") && !tools.allows("change_address"));
+        for (table, noun) in [("skill_scopes", "skill"), ("tool_scopes", "tool")] {
+            let blank =
+                ConfigFile::parse(&format!("[server.{table}]\ndesk = [\"order_*\", \" \"]\n"))
+                    .unwrap();
+            let error = blank.server.scopes().unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("[server.{table}] desk: a {noun} name is blank")),
+                "{error}"
+            );
+        }
     }
 
     /// The example's `[[trust.scopes]]`, commented out there, reads as it

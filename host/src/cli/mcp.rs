@@ -28,7 +28,7 @@ use skillhost::agent::{
 };
 use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
-use skillhost::skills::SkillScope;
+use skillhost::scope::SkillScope;
 
 use super::{HostArgs, console};
 

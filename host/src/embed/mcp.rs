@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{EventId, FeedError, HostEvent, SkillHost};
 use crate::agent::CallOutcome;
-use crate::skills::SkillScope;
+use crate::scope::SkillScope;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
 

@@ -139,7 +139,7 @@ mod ops;
 mod runs;
 mod skills;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::fmt;
 use std::num::NonZeroUsize;
@@ -159,7 +159,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::agent::RunOptions;
 use crate::embed::SkillHost;
-use crate::skills::SkillScope;
+use crate::scope::{SkillScope, ToolScope};
 use crate::tools::ToolContext;
 use crate::tools::http::Forwarded;
 pub use cors::{CorsOrigin, InvalidOrigin};
@@ -256,17 +256,48 @@ pub struct GatewayConfig {
     /// forwarded while keys are configured, since it carries the gateway's
     /// key. Default: none.
     pub forward_headers: Vec<HeaderName>,
-    /// The skills an API key may use, by the key's name (`api-key-1`, or
-    /// its name in the keys file): it is shown, invokes, calls over `/mcp`
-    /// and has the chat's agent offered only these; another skill is a 403
-    /// `skill_not_permitted`. A key not named here may use every skill.
-    /// Default: none. [`Gateway::set_skill_scopes`] replaces them.
-    pub skill_scopes: SkillScopes,
+    /// The skills and tools API keys may use, by the keys' names.
+    /// Default: none (every key uses every skill and tool).
+    /// [`Gateway::set_scopes`] replaces them.
+    pub scopes: KeyScopes,
 }
 
-/// The skills API keys may use, by the keys' names
-/// ([`GatewayConfig::skill_scopes`]).
-pub type SkillScopes = BTreeMap<String, SkillScope>;
+/// What API keys may use, by the key's name (`api-key-1`, or its name in
+/// the keys file) ([`GatewayConfig::scopes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyScopes {
+    /// The skills a key may use: it is shown, invokes, calls over `/mcp`
+    /// and has the chat's agent offered only these; another skill is a
+    /// 403 `skill_not_permitted`. A key not named here may use every skill.
+    pub skills: BTreeMap<String, SkillScope>,
+    /// The tools a key's chat agent may be offered and call itself
+    /// ([`RunOptions::tools`]); the skills it runs call the tools their
+    /// manifests declare. A key not named here: every tool.
+    pub tools: BTreeMap<String, ToolScope>,
+}
+
+impl KeyScopes {
+    /// The names of the keys some scope is given to.
+    pub fn key_names(&self) -> impl Iterator<Item = &str> {
+        let names: BTreeSet<&str> = self
+            .skills
+            .keys()
+            .chain(self.tools.keys())
+            .map(String::as_str)
+            .collect();
+        names.into_iter()
+    }
+
+    /// The skills the key `name` may use.
+    fn skills_of(&self, name: &str) -> SkillScope {
+        self.skills.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The tools the key `name`'s chat agent may use itself.
+    fn tools_of(&self, name: &str) -> ToolScope {
+        self.tools.get(name).cloned().unwrap_or_default()
+    }
+}
 
 /// Default [`GatewayConfig::max_parked_runs`]: 10,000.
 pub const DEFAULT_MAX_PARKED_RUNS: usize = 10_000;
@@ -285,7 +316,7 @@ impl Default for GatewayConfig {
             allowed_hosts: Vec::new(),
             cors_origins: Vec::new(),
             forward_headers: Vec::new(),
-            skill_scopes: BTreeMap::new(),
+            scopes: KeyScopes::default(),
         }
     }
 }
@@ -310,7 +341,7 @@ impl fmt::Debug for GatewayConfig {
             .field("allowed_hosts", &self.allowed_hosts)
             .field("cors_origins", &self.cors_origins)
             .field("forward_headers", &self.forward_headers)
-            .field("skill_scopes", &self.skill_scopes)
+            .field("scopes", &self.scopes)
             .finish()
     }
 }
@@ -346,17 +377,22 @@ impl FromRequestParts<Arc<AppState>> for RunStart {
             }
             context.insert(forwarded);
         }
-        let CallerSkills(scope) = CallerSkills::from_request_parts(parts, state).await?;
-        let options = RunOptions::new().context(context).skills(scope);
+        let options = RunOptions::new().context(context);
         Ok(Self(match parts.extensions.get::<Principal>() {
-            Some(Principal(name)) => options.on_behalf_of(name.clone()),
+            Some(Principal(name)) => {
+                let scopes = state.scopes();
+                options
+                    .skills(scopes.skills_of(name))
+                    .tools(scopes.tools_of(name))
+                    .on_behalf_of(name.clone())
+            }
             None => options,
         }))
     }
 }
 
 /// The skills the request's caller may use
-/// ([`GatewayConfig::skill_scopes`]).
+/// ([`KeyScopes::skills`]).
 struct CallerSkills(SkillScope);
 
 impl FromRequestParts<Arc<AppState>> for CallerSkills {
@@ -366,11 +402,10 @@ impl FromRequestParts<Arc<AppState>> for CallerSkills {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Infallible> {
-        let scope = match parts.extensions.get::<Principal>() {
-            Some(Principal(name)) => state.skill_scopes().get(name).cloned(),
-            None => None,
-        };
-        Ok(Self(scope.unwrap_or_default()))
+        Ok(Self(match parts.extensions.get::<Principal>() {
+            Some(Principal(name)) => state.scopes().skills_of(name),
+            None => SkillScope::all(),
+        }))
     }
 }
 
@@ -386,8 +421,8 @@ struct AppState {
     config: GatewayConfig,
     /// Replaced whole by [`Gateway::set_api_keys`].
     keys: RwLock<Arc<Keys>>,
-    /// Replaced whole by [`Gateway::set_skill_scopes`].
-    skill_scopes: RwLock<Arc<SkillScopes>>,
+    /// Replaced whole by [`Gateway::set_scopes`].
+    scopes: RwLock<Arc<KeyScopes>>,
     parking: Arc<Parking>,
     /// What became of the runs that waited (`GET /v1/runs/{id}`).
     ledger: Arc<RunLedger>,
@@ -401,7 +436,7 @@ impl Gateway {
             &config.api_keys,
             config.admin_key.as_deref(),
         )));
-        let skill_scopes = RwLock::new(Arc::new(config.skill_scopes.clone()));
+        let scopes = RwLock::new(Arc::new(config.scopes.clone()));
         let parking = Arc::new(Parking::new(ParkingLimits {
             total: config.max_parked_runs,
             per_principal: config.max_parked_runs_per_principal,
@@ -410,7 +445,7 @@ impl Gateway {
             host,
             config,
             keys,
-            skill_scopes,
+            scopes,
             parking,
             ledger: Arc::default(),
             closing: watch::Sender::new(false),
@@ -484,20 +519,20 @@ impl Gateway {
             .unwrap_or_else(PoisonError::into_inner) = keys;
     }
 
-    /// Replaces the API keys' skill scopes
-    /// ([`GatewayConfig::skill_scopes`]): requests from now on are held to
-    /// `scopes`; runs under way keep the scope they started with.
-    pub fn set_skill_scopes(&self, scopes: SkillScopes) {
+    /// Replaces the API keys' scopes ([`GatewayConfig::scopes`]):
+    /// requests from now on are held to `scopes`; runs under way keep the
+    /// scopes they started with.
+    pub fn set_scopes(&self, scopes: KeyScopes) {
         *self
             .state
-            .skill_scopes
+            .scopes
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(scopes);
     }
 
-    /// The API keys' skill scopes in force.
-    pub fn skill_scopes(&self) -> Arc<SkillScopes> {
-        self.state.skill_scopes()
+    /// The API keys' scopes in force.
+    pub fn scopes(&self) -> Arc<KeyScopes> {
+        self.state.scopes()
     }
 
     /// Ends the event streams (`GET /v1/events`), which would otherwise
@@ -579,9 +614,9 @@ fn timeout_error(after: Duration) -> ApiError {
 }
 
 impl AppState {
-    /// The skill scopes in force now.
-    fn skill_scopes(&self) -> Arc<SkillScopes> {
-        self.skill_scopes
+    /// The key scopes in force now.
+    fn scopes(&self) -> Arc<KeyScopes> {
+        self.scopes
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()

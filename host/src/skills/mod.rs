@@ -3,7 +3,6 @@
 pub mod manifest;
 pub mod pack;
 pub mod registry;
-pub mod scope;
 pub mod signature;
 pub mod watcher;
 
@@ -12,5 +11,4 @@ pub use registry::{
     FailureKind, LoadFailure, LoadProgress, LoadedSkill, MAX_SKILL_FILE_BYTES, ReloadEvent,
     ReloadOutcome, SkillRegistry, SkillSnapshot, SkillVersion,
 };
-pub use scope::SkillScope;
 pub use watcher::{WatchHandle, watch};

@@ -152,13 +152,21 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         &principals,
         "a call only they may approve can only be rejected or expire",
     );
-    let skill_scopes = server.skill_scopes()?;
-    warn_of_unknown_key_names(
-        "[server.skill_scopes] names keys",
-        skill_scopes.keys(),
-        &principals,
-        "its scope limits nobody",
-    );
+    let scopes = server.scopes()?;
+    for (table, named) in [
+        (
+            "[server.skill_scopes]",
+            Vec::from_iter(scopes.skills.keys()),
+        ),
+        ("[server.tool_scopes]", Vec::from_iter(scopes.tools.keys())),
+    ] {
+        warn_of_unknown_key_names(
+            &format!("{table} names keys"),
+            named.into_iter(),
+            &principals,
+            "its scope limits nobody",
+        );
+    }
     // After every setting that needs no network: a mistake in them is
     // reported without waiting on an MCP server.
     let super::Started {
@@ -204,7 +212,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             allowed_hosts: server.allowed_hosts.clone().unwrap_or_default(),
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
             forward_headers,
-            skill_scopes,
+            scopes,
         },
     );
     let (reloaded, given, keys_file) = (
@@ -218,7 +226,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             keys::reload(&reloaded, &given, file);
         }
         if let Some(path) = &config_path {
-            reload_skill_scopes(&reloaded, path);
+            reload_scopes(&reloaded, path);
         }
     })
     .context("listening for SIGHUP")?;
@@ -287,23 +295,23 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Reads `[server.skill_scopes]` again from the config file at `path`, and
-/// says so when they changed. A file that does not read or check keeps the
-/// scopes in force, saying why.
-fn reload_skill_scopes(gateway: &Gateway, path: &Path) {
-    match config::ConfigFile::load(path).and_then(|file| file.server.skill_scopes()) {
+/// Reads `[server.skill_scopes]` and `[server.tool_scopes]` again from the
+/// config file at `path`, and says so when they changed. A file that does
+/// not read or check keeps the scopes in force, saying why.
+fn reload_scopes(gateway: &Gateway, path: &Path) {
+    match config::ConfigFile::load(path).and_then(|file| file.server.scopes()) {
         Ok(scopes) => {
-            if *gateway.skill_scopes() != scopes {
-                let count = scopes.len();
+            if *gateway.scopes() != scopes {
+                let count = scopes.key_names().count();
                 // In force before it is said: a client told may rely on it.
-                gateway.set_skill_scopes(scopes);
+                gateway.set_scopes(scopes);
                 console::say(&format!(
-                    "API keys' skill scopes read again from {}: {count} key(s) scoped",
+                    "API keys' scopes read again from {}: {count} key(s) scoped",
                     path.display()
                 ));
             }
         }
-        Err(error) => console::warn(&format!("{error:#}; the skill scopes in force stay")),
+        Err(error) => console::warn(&format!("{error:#}; the scopes in force stay")),
     }
 }
 

@@ -3,8 +3,8 @@
 //! another's tools, or takes another's skill names.
 
 use super::{Fingerprint, SignaturePolicy, UntrustedSigner};
+use crate::scope::matches_pattern;
 use crate::skills::Manifest;
-use crate::skills::scope::matches_pattern;
 
 /// The skills a key may sign. A key without a scope signs any skill.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
