@@ -10,12 +10,13 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use skillhost::agent::catalog::{DisclosureConfig, LoadSkillMode};
 use skillhost::agent::llm::Message;
 use skillhost::agent::{
-    AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Resolution, RunOptions,
+    AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Declined, Finished, Resolution,
+    RunOptions, RunOutput,
 };
 use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::tools::Tool;
@@ -86,6 +87,37 @@ fn unlock_table(lists: &[Vec<String>]) -> Vec<(&'static str, Vec<bool>)> {
         .collect()
 }
 
+/// A run of `steps` on `request` with `options` (and the scripted model's
+/// requests, left unanswered at a confirmation), the functions offered each
+/// round, and the first round's `load_skill` definition.
+async fn scoped_run(
+    shop: &Shop,
+    steps: Vec<Step>,
+    request: &str,
+    options: RunOptions,
+) -> (Finished<RunOutput>, Vec<Vec<String>>, Value) {
+    let llm = ScriptedLlm::start(steps).await;
+    let finished = shop
+        .agent(&llm, config())
+        .start_with(vec![Message::user(request)], options)
+        .unwrap()
+        .finish_with(|_| Decision::Leave)
+        .await;
+    let requests = llm.requests();
+    let lists = requests
+        .iter()
+        .map(|request| request.tool_names())
+        .collect();
+    let load_skill = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["function"]["name"] == "load_skill")
+        .expect("load_skill is offered")["function"]
+        .clone();
+    (finished, lists, load_skill)
+}
+
 #[tokio::test]
 async fn masking_table_of_article_000_is_reproduced() {
     let shop = shop().await;
@@ -141,7 +173,7 @@ async fn masking_table_of_article_000_is_reproduced() {
 
     // The load result carries the instructions and the unlocks.
     let loaded = tool_result(requests[1].messages(), "call_1_0");
-    let loaded: serde_json::Value = serde_json::from_str(&loaded).unwrap();
+    let loaded: Value = serde_json::from_str(&loaded).unwrap();
     assert_eq!(loaded["loaded_skill"], "order_change");
     assert_eq!(loaded["unlocks"], json!(["cancel_order", "change_address"]));
     let instructions = shop
@@ -454,27 +486,19 @@ async fn a_rejected_write_is_told_to_the_model_and_changes_nothing() {
 #[tokio::test]
 async fn a_run_limited_to_some_skills_sees_and_unlocks_only_theirs() {
     let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call("load_skill", json!({"skill": "after_sale_apply"})),
-        Step::tool_call("apply_after_sale", json!({"order_id": PAID_ORDER})),
-        Step::tool_call("load_skill", json!({"skill": "order_change"})),
-        Step::text("Order 88239 can be cancelled. Shall I?"),
-    ])
+    let (finished, lists, load_skill) = scoped_run(
+        &shop,
+        vec![
+            Step::tool_call("load_skill", json!({"skill": "after_sale_apply"})),
+            Step::tool_call("apply_after_sale", json!({"order_id": PAID_ORDER})),
+            Step::tool_call("load_skill", json!({"skill": "order_change"})),
+            Step::text("Order 88239 can be cancelled. Shall I?"),
+        ],
+        "Cancel order 88239",
+        RunOptions::new().skills(SkillScope::only(["order_change"])),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
-    let options = RunOptions::new().skills(SkillScope::only(["order_change"]));
-    let finished = agent
-        .start_with(vec![Message::user("Cancel order 88239")], options)
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
     finished.result.unwrap();
-
-    let requests = llm.requests();
-    let lists: Vec<Vec<String>> = requests
-        .iter()
-        .map(|request| request.tool_names())
-        .collect();
     // Only order_change's unlocks, once it is loaded in the last round.
     assert_eq!(
         unlock_table(&lists),
@@ -487,18 +511,11 @@ async fn a_run_limited_to_some_skills_sees_and_unlocks_only_theirs() {
             ("pay_order", vec![false, false, false, false]),
         ]
     );
-    let load_skill = requests[0].body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|tool| tool["function"]["name"] == "load_skill")
-        .expect("load_skill is offered")
-        .clone();
     assert_eq!(
-        load_skill["function"]["parameters"]["properties"]["skill"]["enum"],
+        load_skill["parameters"]["properties"]["skill"]["enum"],
         json!(["order_change"])
     );
-    let description = load_skill["function"]["description"].as_str().unwrap();
+    let description = load_skill["description"].as_str().unwrap();
     assert!(!description.contains("after_sale_apply"), "{description}");
 
     let calls = calls_of(&finished.events, &Caller::Main);
@@ -523,36 +540,26 @@ async fn a_run_limited_to_some_skills_sees_and_unlocks_only_theirs() {
 #[tokio::test]
 async fn a_run_limited_to_some_tools_is_offered_and_calls_only_those() {
     let shop = shop().await;
-    let llm = ScriptedLlm::start(vec![
-        Step::tool_call("load_skill", json!({"skill": "order_change"})),
-        Step::tool_call(
-            "change_address",
-            json!({"order_id": PAID_ORDER, "address": "Hangzhou"}),
-        ),
-        Step::tool_call(
-            "submit_ticket",
-            json!({"subject": "address", "detail": "change it"}),
-        ),
-        Step::text("Order 88239 can be cancelled. Shall I?"),
-    ])
+    let scope = ToolScope::only(["query_*", "cancel_order"]);
+    let (finished, lists, load_skill) = scoped_run(
+        &shop,
+        vec![
+            Step::tool_call("load_skill", json!({"skill": "order_change"})),
+            Step::tool_call(
+                "change_address",
+                json!({"order_id": PAID_ORDER, "address": "Hangzhou"}),
+            ),
+            Step::tool_call(
+                "submit_ticket",
+                json!({"subject": "address", "detail": "change it"}),
+            ),
+            Step::text("Order 88239 can be cancelled. Shall I?"),
+        ],
+        "Change the address of 88239",
+        RunOptions::new().tools(scope.clone()),
+    )
     .await;
-    let agent = shop.agent(&llm, config());
-    let options = RunOptions::new().tools(ToolScope::only(["query_*", "cancel_order"]));
-    let finished = agent
-        .start_with(
-            vec![Message::user("Change the address of 88239")],
-            options.clone(),
-        )
-        .unwrap()
-        .finish_with(|_| Decision::Leave)
-        .await;
     finished.result.unwrap();
-
-    let requests = llm.requests();
-    let lists: Vec<Vec<String>> = requests
-        .iter()
-        .map(|request| request.tool_names())
-        .collect();
     assert_eq!(
         unlock_table(&lists),
         [
@@ -564,7 +571,6 @@ async fn a_run_limited_to_some_tools_is_offered_and_calls_only_those() {
             ("pay_order", vec![false, false, false, false]),
         ]
     );
-    let scope = options.tool_scope();
     for list in &lists {
         assert!(list.contains(&"query_order".to_owned()), "{list:?}");
         assert!(
@@ -573,15 +579,7 @@ async fn a_run_limited_to_some_tools_is_offered_and_calls_only_those() {
             "{list:?}"
         );
     }
-    let description = requests[0].body["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|tool| tool["function"]["name"] == "load_skill")
-        .expect("load_skill is offered")["function"]["description"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let description = load_skill["description"].as_str().unwrap();
     assert!(
         description.contains("(unlocks: cancel_order)"),
         "{description}"
