@@ -3150,6 +3150,95 @@ async fn mcp_clients_are_told_on_their_stream_when_the_skills_change() {
     );
 }
 
+/// A remote MCP client that opens a session and can ask its user is asked
+/// about a write in the call's own event stream, and its user's answer
+/// decides: declined, nothing is written; approved, the refund runs. A
+/// session ended (or unknown) is a 404, which tells the client to
+/// initialize again.
+#[tokio::test]
+async fn an_mcp_session_asks_the_clients_user_about_a_write() {
+    let served = Served::start(Setup::default()).await;
+    let post = |session: Option<&str>, body: Value| {
+        let mut request = served
+            .http
+            .post(served.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let opened = post(
+        None,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "an IDE", "version": "1"}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(opened.status(), StatusCode::OK);
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let refund = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "processRefund", "arguments": refund_input()}})
+    };
+    let answer_with = |question: &Value, result: Value| json!({"jsonrpc": "2.0", "id": question["id"], "result": result});
+
+    for (call, answer, refunds) in [
+        (2, json!({"action": "decline"}), 0),
+        (
+            3,
+            json!({"action": "accept", "content": {"approve": true}}),
+            1,
+        ),
+    ] {
+        let called = post(Some(&session), refund(call)).await.unwrap();
+        assert_content_type(&called, "text/event-stream");
+        let mut stream = EventStream::new(called);
+        let (_, _, question) = stream.next().await;
+        assert_eq!(question["method"], "elicitation/create", "{question:#}");
+        let asked = question["params"]["message"].as_str().unwrap();
+        assert!(
+            asked.contains("applyRefund") && asked.contains("88231"),
+            "{asked}"
+        );
+        let answered = post(Some(&session), answer_with(&question, answer))
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), StatusCode::ACCEPTED);
+        let (_, _, result) = stream.next().await;
+        assert_eq!(result["id"], call, "{result:#}");
+        assert_eq!(
+            served.db.refunds_for("88231").unwrap().len(),
+            refunds,
+            "{result:#}"
+        );
+    }
+
+    let ended = served
+        .http
+        .delete(served.url("/mcp"))
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), StatusCode::NO_CONTENT);
+    let ping = json!({"jsonrpc": "2.0", "id": 4, "method": "ping"});
+    let (status, refused) = read(post(Some(&session), ping).await.unwrap()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused:#}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize again"),
+        "{refused:#}"
+    );
+}
+
 /// A key limited to some skills (`KeyScopes::skills`) sees, invokes and
 /// calls over `/mcp` only those, and the chat's agent is offered only those
 /// and, limited to some tools too (`KeyScopes::tools`), only those tools —
@@ -3186,13 +3275,18 @@ async fn a_key_limited_to_some_skills_and_tools_sees_and_runs_only_those() {
             .map(|skill| skill["name"].as_str().unwrap().to_owned())
             .collect()
     };
+    // A file that fails to load: the operator's business, not the desk's.
+    std::fs::write(served.dir.path().join("broken.wasm"), b"not wasm").unwrap();
+    wait_for(&served, "/healthz", |health| health["failures"] == 1).await;
     let (_, listed) = served.get_as("k-desk", "/v1/skills").await;
     assert_eq!(names(&listed, "data"), ["inquireOrderStatus"]);
+    assert_eq!(listed["failures"], json!([]));
     let (_, listed) = served.get_as("k-finance", "/v1/skills").await;
     assert_eq!(
         names(&listed, "data"),
         ["inquireOrderStatus", "processRefund"]
     );
+    assert_eq!(listed["failures"][0]["file"], "broken.wasm");
 
     let (status, refused) = served.get_as("k-desk", "/v1/skills/processRefund").await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{refused:#}");

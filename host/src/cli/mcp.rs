@@ -12,22 +12,21 @@
 //! (`elicitation/create`) when it says it can, and the write is rejected
 //! when it cannot, or gives no answer before the confirmation expires.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::SystemTime;
 
 use anyhow::Context;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use skillhost::agent::{
     AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
 };
 use skillhost::embed::SkillHost;
-use skillhost::embed::mcp::{self, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
+use skillhost::embed::mcp::{self, Asked, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
 use skillhost::scope::SkillScope;
 
 use super::{HostArgs, console};
@@ -112,9 +111,8 @@ struct Server {
 struct Client {
     /// Whether it can ask its user (`elicitation` among its capabilities).
     elicits: AtomicBool,
-    /// The server's requests it has not answered yet, by id.
-    asked: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
-    next_id: AtomicU64,
+    /// The server's requests it has not answered yet.
+    asked: Asked,
 }
 
 impl Server {
@@ -146,7 +144,9 @@ impl Server {
             let id = message.get("id").cloned();
             let Some(method) = message.get("method").and_then(Value::as_str) else {
                 match id.as_ref().and_then(Value::as_u64) {
-                    Some(id) => self.client.answered(id, message),
+                    Some(id) => {
+                        self.client.asked.answered(id, message);
+                    }
                     None => self.send_error(&Value::Null, INVALID_REQUEST, "no method"),
                 }
                 continue;
@@ -179,7 +179,7 @@ impl Server {
         }
         // The client is gone: nobody will answer what was asked.
         self.client.elicits.store(false, Ordering::Relaxed);
-        self.client.asked.lock().unwrap().clear();
+        self.client.asked.forget_all();
         calls.join_all().await;
         if let Some(watching) = watching {
             watching.abort();
@@ -245,33 +245,17 @@ impl Server {
                     .into(),
             ));
         }
-        let question = json!({
-            "message": format!("Approve this write? {}", pending.summary),
-            "requestedSchema": {
-                "type": "object",
-                "properties": {"approve": {"type": "boolean", "title": "Approve"}},
-                "required": ["approve"],
-            },
-        });
         let wait = pending
             .expires_at
             .duration_since(SystemTime::now())
             .unwrap_or_default();
-        let (id, answer) = self.client.ask();
-        self.send(
-            json!({"jsonrpc": "2.0", "id": id, "method": "elicitation/create",
-                         "params": question}),
-        );
+        let (id, answer) = self.client.asked.ask();
+        self.send(mcp::approval_question(id, pending));
         let Ok(Ok(answer)) = tokio::time::timeout(wait, answer).await else {
-            self.client.asked.lock().unwrap().remove(&id);
+            self.client.asked.forget(id);
             return Decision::Reject(Some("the client's user gave no answer in time".into()));
         };
-        let result = &answer["result"];
-        if result["action"] == "accept" && result["content"]["approve"] == true {
-            Decision::Approve
-        } else {
-            Decision::Reject(None)
-        }
+        mcp::approval_decision(&answer)
     }
 
     /// Tells the client whenever the skills change, from now on.
@@ -298,23 +282,5 @@ impl Server {
 
     fn send_error(&self, id: &Value, code: i64, message: &str) {
         self.send(mcp::error_answer(id, code, message));
-    }
-}
-
-impl Client {
-    /// A new request's id, and where its answer will come.
-    fn ask(&self) -> (u64, oneshot::Receiver<Value>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (sender, answer) = oneshot::channel();
-        self.asked.lock().unwrap().insert(id, sender);
-        (id, answer)
-    }
-
-    /// Hands `message`, the client's answer to request `id`, to its asker.
-    fn answered(&self, id: u64, message: Value) {
-        if let Some(asker) = self.asked.lock().unwrap().remove(&id) {
-            // The asker may have stopped waiting.
-            let _ = asker.send(message);
-        }
     }
 }

@@ -8,10 +8,15 @@
 //! structured content (and its text), and whose failure a result marked
 //! `isError` that the client's model can read.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
 use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
 use super::{EventId, FeedError, HostEvent, SkillHost};
-use crate::agent::CallOutcome;
+use crate::agent::{CallOutcome, Decision, PendingConfirmation};
 use crate::scope::SkillScope;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
@@ -144,4 +149,84 @@ pub fn answer(id: &Value, result: Value) -> Value {
 /// error.
 pub fn error_answer(id: &Value, code: i64, message: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}})
+}
+
+/// The server's requests to a client that it waits on, by id: each
+/// transport's way back from the client's answer to its asker.
+#[derive(Debug)]
+pub struct Asked {
+    waiting: Mutex<HashMap<u64, oneshot::Sender<Value>>>,
+    next_id: AtomicU64,
+}
+
+impl Default for Asked {
+    fn default() -> Self {
+        Self {
+            waiting: Mutex::default(),
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Asked {
+    /// A fresh id for a request, and where its answer will come.
+    pub fn ask(&self) -> (u64, oneshot::Receiver<Value>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (sender, answer) = oneshot::channel();
+        self.lock().insert(id, sender);
+        (id, answer)
+    }
+
+    /// Hands `message`, the client's answer to request `id`, to its asker;
+    /// whether one waited on it.
+    pub fn answered(&self, id: u64, message: Value) -> bool {
+        match self.lock().remove(&id) {
+            // The asker may have stopped waiting.
+            Some(asker) => asker.send(message).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Stops waiting on request `id`.
+    pub fn forget(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Stops waiting on every request: the client is gone.
+    pub fn forget_all(&self) {
+        self.lock().clear();
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<Value>>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Request `id` asking the client to ask its user whether the write
+/// `pending` waits on may run (`elicitation/create`, a yes/no form).
+pub fn approval_question(id: u64, pending: &PendingConfirmation) -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": "elicitation/create",
+        "params": {
+            "message": format!("Approve this write? {}", pending.summary),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {"approve": {"type": "boolean", "title": "Approve"}},
+                "required": ["approve"],
+            },
+        },
+    })
+}
+
+/// What the client's answer to an [`approval_question`] decides: an
+/// approval only when its user accepted and ticked `approve`.
+pub fn approval_decision(answer: &Value) -> Decision {
+    let result = &answer["result"];
+    if result["action"] == "accept" && result["content"]["approve"] == true {
+        Decision::Approve
+    } else {
+        Decision::Reject(Some("the client's user declined".into()))
+    }
 }

@@ -6,8 +6,10 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use axum::http::{HeaderValue, Method};
+use axum::http::{HeaderName, HeaderValue, Method};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+
+use super::mcp_sessions::SESSION_HEADER;
 
 /// A web origin, `scheme://host[:port]`, as browsers send it in `Origin`.
 /// Deserializes from its text, refused as [`FromStr`] refuses it.
@@ -94,7 +96,9 @@ pub(super) fn layer(origins: &[CorsOrigin]) -> CorsLayer {
         .allow_origin(AllowOrigin::list(
             origins.iter().map(|origin| origin.0.clone()),
         ))
-        .allow_methods([Method::GET, Method::POST])
+        .allow_methods([Method::GET, Method::POST, Method::DELETE])
+        // A browser-based MCP client reads its session's id.
+        .expose_headers([HeaderName::from_static(SESSION_HEADER)])
         // OpenAI's SDKs add headers of their own (`x-stainless-*`); only
         // the listed origins get this far.
         .allow_headers(AllowHeaders::mirror_request())

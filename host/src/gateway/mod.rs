@@ -134,6 +134,7 @@ pub mod errors;
 mod keys;
 mod ledger;
 mod mcp;
+mod mcp_sessions;
 mod openai;
 mod ops;
 mod runs;
@@ -167,6 +168,7 @@ use errors::{ApiError, ErrorCode, ErrorType};
 pub use keys::{ADMIN_PRINCIPAL, ApiKey, Principal};
 use keys::{Keys, require_admin_key, require_api_key};
 use ledger::RunLedger;
+use mcp_sessions::McpSessions;
 use runs::{Parking, ParkingLimits};
 
 /// Largest request body accepted. Default: 1 MiB — a chat request with a
@@ -423,6 +425,8 @@ struct AppState {
     keys: RwLock<Arc<Keys>>,
     /// Replaced whole by [`Gateway::set_scopes`].
     scopes: RwLock<Arc<KeyScopes>>,
+    /// The sessions of `/mcp`.
+    mcp_sessions: McpSessions,
     parking: Arc<Parking>,
     /// What became of the runs that waited (`GET /v1/runs/{id}`).
     ledger: Arc<RunLedger>,
@@ -446,6 +450,7 @@ impl Gateway {
             config,
             keys,
             scopes,
+            mcp_sessions: McpSessions::default(),
             parking,
             ledger: Arc::default(),
             closing: watch::Sender::new(false),
@@ -478,7 +483,10 @@ impl Gateway {
             .route("/v1/skills", get(skills::list))
             .route("/v1/skills/{name}", get(skills::get))
             .route("/v1/skills/{name}/invoke", post(skills::invoke))
-            .route("/mcp", post(mcp::message).get(mcp::stream))
+            .route(
+                "/mcp",
+                post(mcp::message).get(mcp::stream).delete(mcp::end_session),
+            )
             .route_layer(from_fn_with_state(state.clone(), require_api_key));
         let admin = Router::new()
             .route("/v1/events", get(ops::events))

@@ -18,19 +18,29 @@ use crate::agent::{AgentError, CallOutcome, PendingConfirmation, RunOptions, Ski
 use crate::skills::{LoadedSkill, SkillSnapshot, SkillVersion};
 
 /// Every loaded skill the caller may use, and every file whose latest
-/// content failed to load.
+/// content failed to load — for a caller limited to some skills, only the
+/// files of those skills (the others' names and reasons are the operator's
+/// and their teams').
 pub async fn list(
     State(state): State<Arc<AppState>>,
     CallerSkills(scope): CallerSkills,
 ) -> Json<Value> {
     let snapshot = state.host.snapshot();
+    let usable = |skill: &&LoadedSkill| scope.allows(skill.component.name().as_str());
     let skills: Vec<Value> = snapshot
         .skills()
-        .filter(|skill| scope.allows(skill.component.name().as_str()))
+        .filter(usable)
         .map(|skill| describe(&snapshot, skill))
         .collect();
     let failures: Vec<Value> = snapshot
         .failures()
+        .filter(|failure| {
+            scope.is_all()
+                || snapshot
+                    .skills()
+                    .filter(usable)
+                    .any(|skill| skill.path == failure.path)
+        })
         .map(|failure| {
             json!({
                 "file": file_name(&failure.path),
@@ -134,6 +144,35 @@ pub async fn drive_invocation(
     invocation: InvokeRun,
     mount: &Mount,
 ) -> Result<Invoked, ApiError> {
+    drive_invocation_asking(state, invocation, mount, &Nobody).await
+}
+
+/// Who answers the confirmations an invocation reaches, as it reaches
+/// them.
+pub trait OnTheSpot: Sync {
+    /// Answers `pending` (`true`: the run goes on), or leaves it: the
+    /// invocation is then parked on it.
+    fn answer(&self, pending: &PendingConfirmation) -> impl Future<Output = bool> + Send;
+}
+
+/// Nobody: an invocation is parked on each confirmation.
+pub struct Nobody;
+
+impl OnTheSpot for Nobody {
+    async fn answer(&self, _pending: &PendingConfirmation) -> bool {
+        false
+    }
+}
+
+/// Drives an invocation to its end, letting `answerer` answer each
+/// confirmation it reaches; one it leaves is parked, and the invocation
+/// is pending on it.
+pub async fn drive_invocation_asking(
+    state: &AppState,
+    invocation: InvokeRun,
+    mount: &Mount,
+    answerer: &impl OnTheSpot,
+) -> Result<Invoked, ApiError> {
     let InvokeRun { mut run, mut skill } = invocation;
     let run_id = run.id().cloned();
     let base = json!({
@@ -162,6 +201,10 @@ pub async fn drive_invocation(
                 run: waiting,
                 pending,
             } => {
+                if answerer.answer(&pending).await {
+                    run = waiting;
+                    continue;
+                }
                 let invocation = InvokeRun {
                     run: waiting,
                     skill,
