@@ -91,37 +91,28 @@ pub async fn message(
         return StatusCode::ACCEPTED.into_response();
     };
     let params = message.get("params").cloned().unwrap_or(json!({}));
-    match method {
-        "tools/call" => match session.filter(|session| session.elicits && accepts_stream(&headers))
-        {
+    if method == "tools/call" {
+        return match session.filter(|session| session.elicits && accepts_stream(&headers)) {
             Some(session) => call_asking(state, mount, options, session, principal, id, params),
             None => {
                 Json(call(&state, &mount, options, &id, &params, &Nobody).await).into_response()
             }
-        },
-        "initialize" => {
-            let elicits = params.pointer("/capabilities/elicitation").is_some();
-            let opened = state.mcp_sessions.open(principal, elicits);
-            let answered = mcp::answer_request(
-                &state.host,
-                options.skill_scope(),
-                &id,
-                method,
-                &params,
-                true,
-            );
-            ([(SESSION_HEADER, opened)], Json(answered)).into_response()
-        }
-        other => Json(mcp::answer_request(
-            &state.host,
-            options.skill_scope(),
-            &id,
-            other,
-            &params,
-            true,
-        ))
-        .into_response(),
+        };
     }
+    let answered = Json(mcp::answer_request(
+        &state.host,
+        options.skill_scope(),
+        &id,
+        method,
+        &params,
+        true,
+    ));
+    if method != "initialize" {
+        return answered.into_response();
+    }
+    let elicits = params.pointer("/capabilities/elicitation").is_some();
+    let opened = state.mcp_sessions.open(principal, elicits);
+    ([(SESSION_HEADER, opened)], answered).into_response()
 }
 
 /// `DELETE /mcp`: ends the session the request names.
