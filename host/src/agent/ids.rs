@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// `prefix` + 32 hex digits (128 bits) from the thread's CSPRNG (ChaCha12,
 /// seeded from the operating system): as unguessable as the OS source,
 /// without a syscall per id on the request path.
-fn random_id(prefix: &str) -> String {
+pub(crate) fn random_id(prefix: &str) -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
     format!("{prefix}{}", hex::encode(bytes))

@@ -82,6 +82,7 @@ pub use confirm::{
 };
 pub use events::{AgentEvent, CallOutcome, Caller, Declined, Resolution, SkillPath};
 pub use ids::RunId;
+pub(crate) use ids::random_id;
 pub use kept::{
     InterruptedRun, KeptRunInfo, ResumedRun, Returned, RunStore, RunStoreError, UnreadableRun,
     list_kept_runs,

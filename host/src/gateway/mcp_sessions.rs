@@ -13,8 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use rand::Rng;
-
+use crate::agent::random_id;
 use crate::embed::mcp::Asked;
 
 /// Sessions open at once; past it the least lately used goes.
@@ -46,9 +45,9 @@ pub(super) struct McpSession {
 impl McpSessions {
     /// Opens a session for `principal`'s client; returns its id.
     pub(super) fn open(&self, principal: Option<String>, elicits: bool) -> String {
-        let mut bytes = [0u8; 16];
-        rand::rng().fill_bytes(&mut bytes);
-        let id = hex::encode(bytes);
+        // As unguessable as a confirmation's: whoever knows it answers
+        // the session's questions.
+        let id = random_id("");
         let session = Arc::new(McpSession {
             principal,
             elicits,
