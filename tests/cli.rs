@@ -3149,6 +3149,94 @@ async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
     assert_eq!(listing().await["data"][0]["name"], "reportDesk");
 }
 
+/// SIGHUP reads the config file's HTTP tools again: a tool added is offered
+/// and the skill refused for lacking it loads; one changed is replaced; one
+/// removed unloads the skill calling it. Tools that do not build or clash
+/// with another's name keep those in force, and a setting that takes effect
+/// only at a restart is said to wait for one.
+#[tokio::test]
+async fn serve_reads_its_http_tools_again_at_sighup() {
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let who_desk = signed_skill_calling("whoDesk", "whoAmI");
+    std::fs::write(skills.join("whoDesk.wasm"), who_desk).unwrap();
+    let http_tool = |name: &str, description: &str, header: &str| {
+        format!(
+            "[[tools]]\nname = \"{name}\"\ndescription = \"{description}\"\n\
+             access = \"read\"\nurl = \"http://127.0.0.1:9/api/whoami\"\n\
+             headers = {{ X-Team = \"{header}\" }}\nparameters = {{ type = \"object\" }}\n"
+        )
+    };
+    let command = work.configured_command(
+        "",
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &skills,
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let loaded = async || -> Vec<Value> {
+        let response = reqwest::get(format!("{base}/v1/skills")).await.unwrap();
+        let listed: Value = response.json().await.unwrap();
+        let names = listed["data"].as_array().unwrap().iter();
+        names.map(|skill| skill["name"].clone()).collect()
+    };
+    let who_am_i = async || -> Value {
+        let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
+        let tools: Value = response.json().await.unwrap();
+        let mut tools = tools["data"].as_array().unwrap().iter();
+        let found = tools.find(|tool| tool["name"] == "whoAmI");
+        found.map_or(Value::Null, |tool| tool["description"].clone())
+    };
+    assert_eq!(loaded().await, Vec::<Value>::new());
+    let reconfigure = async |config: String| {
+        std::fs::write(work.path("skillhost.toml"), config).unwrap();
+        send_signal(&serve, "-HUP").await;
+    };
+
+    reconfigure(http_tool("whoAmI", "Who the CRM sees.", "desk")).await;
+    let said = said_next(&mut stderr, "HTTP tools read again from skillhost.toml").await;
+    assert!(
+        said.contains("added whoAmI; removed none; changed none; 1 skill file(s) changed"),
+        "{said}"
+    );
+    assert_eq!(who_am_i().await, "Who the CRM sees.");
+    assert_eq!(loaded().await, [json!("whoDesk")]);
+
+    // A header's secret not set, or a name another tool has: no change.
+    let unset = http_tool("whoAmI", "Who.", "${CRM_TOKEN_NOT_SET}");
+    reconfigure(unset).await;
+    said_next(&mut stderr, "the HTTP tools in force stay").await;
+    reconfigure(http_tool("queryOrder", "Clashes.", "desk")).await;
+    let said = said_next(&mut stderr, "the HTTP tools in force stay").await;
+    assert!(
+        said.contains("a tool named `queryOrder` is already registered"),
+        "{said}"
+    );
+    assert_eq!(who_am_i().await, "Who the CRM sees.");
+
+    let changed = http_tool("whoAmI", "Who the CRM sees now.", "desk");
+    reconfigure(format!("{changed}\n[sandbox]\nexecution_time_ms = 5000\n")).await;
+    let said = said_next(&mut stderr, "HTTP tools read again").await;
+    assert!(said.contains("changed whoAmI; 0 skill file(s)"), "{said}");
+    let said = said_next(&mut stderr, "takes effect only at a restart").await;
+    assert!(
+        said.contains("[sandbox] execution_time_ms changed"),
+        "{said}"
+    );
+    assert_eq!(who_am_i().await, "Who the CRM sees now.");
+
+    reconfigure(String::new()).await;
+    let said = said_next(&mut stderr, "HTTP tools read again").await;
+    assert!(said.contains("removed whoAmI;"), "{said}");
+    assert_eq!(who_am_i().await, Value::Null);
+    assert_eq!(loaded().await, Vec::<Value>::new());
+}
+
 /// A skills directory in `work` holding processRefund, signed with the demo
 /// key, and inquireOrderStatus signed by Alice's key alone, which a trust
 /// directory of its own holds.

@@ -5,6 +5,7 @@
 //! Every wait is for an event, with a generous timeout; nothing depends on
 //! how fast a reload is.
 
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1419,9 +1420,14 @@ async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_their
     let (run, pending, mut events) = waiting_for_approval(&host, "processRefund", &input).await;
 
     let all = host.tools();
-    let mut without = ToolRegistry::clone(&all);
-    assert!(without.remove("applyRefund"));
-    let replaced = host.replace_tools(without).await;
+    let without = host.update_tools(|current| {
+        let mut without = ToolRegistry::clone(current);
+        without
+            .remove("applyRefund")
+            .then_some(without)
+            .ok_or("no applyRefund")
+    });
+    let replaced = without.await.unwrap();
     let change = &replaced.tools;
     assert_eq!(
         (
@@ -1464,7 +1470,8 @@ async fn replaced_tools_unload_the_skills_that_no_longer_fit_and_runs_keep_their
     assert!(matches!(outcome, CallOutcome::Done { .. }), "{outcome:?}");
     assert_eq!(db.refunds_for("88231").unwrap().len(), 1);
 
-    let back = host.replace_tools(ToolRegistry::clone(&all)).await;
+    let back = host.update_tools(|_| Ok::<_, Infallible>(ToolRegistry::clone(&all)));
+    let back = back.await.unwrap();
     assert_eq!(back.tools.added, ["applyRefund"]);
     assert!(matches!(
         back.reloads[..],

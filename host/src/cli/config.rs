@@ -13,7 +13,7 @@
 //! `OPENAI_API_KEY` or the variable `[llm] api_key_env` names, header
 //! secrets of HTTP tools from `${VAR}`s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
@@ -61,6 +61,12 @@ pub struct ConfigFile {
     pub mcp_servers: Vec<McpServerConfig>,
     #[serde(default)]
     trust: TrustSection,
+    /// The file as TOML, to tell which settings a later reading changed.
+    #[serde(skip)]
+    table: toml::Table,
+    /// Where it was read from; empty for the defaults.
+    #[serde(skip)]
+    path: PathBuf,
 }
 
 /// `[trust]`: what the keys of `--trust` may sign.
@@ -306,12 +312,60 @@ impl ConfigFile {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading the config file {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in the config file {}", path.display()))
+        let mut file =
+            Self::parse(&text).with_context(|| format!("in the config file {}", path.display()))?;
+        file.path = path.to_owned();
+        Ok(file)
+    }
+
+    /// Where the file was read from; empty for the defaults.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings that differ between this file and the one read as
+    /// `before`, sorted, each by its dotted key
+    /// (`sandbox.execution_time_ms`; a whole array of tables by its name:
+    /// `tools`) and as the file writes it (`[sandbox] execution_time_ms`,
+    /// `[[tools]]`).
+    pub fn changed_settings(&self, before: &toml::Table) -> Vec<(String, String)> {
+        let empty = toml::Table::new();
+        let mut changed = Vec::new();
+        let keys: BTreeSet<&String> = before.keys().chain(self.table.keys()).collect();
+        for key in keys {
+            let (then, now) = (before.get(key), self.table.get(key));
+            if then == now {
+                continue;
+            }
+            let (then, now) = (
+                then.and_then(toml::Value::as_table),
+                now.and_then(toml::Value::as_table),
+            );
+            if then.is_some() || now.is_some() {
+                let (then, now) = (then.unwrap_or(&empty), now.unwrap_or(&empty));
+                let inner: BTreeSet<&String> = then.keys().chain(now.keys()).collect();
+                for inner in inner
+                    .into_iter()
+                    .filter(|inner| then.get(*inner) != now.get(*inner))
+                {
+                    changed.push((format!("{key}.{inner}"), format!("[{key}] {inner}")));
+                }
+            } else {
+                changed.push((key.clone(), format!("[[{key}]]")));
+            }
+        }
+        changed
+    }
+
+    /// The file as TOML.
+    pub fn table(&self) -> &toml::Table {
+        &self.table
     }
 
     fn parse(text: &str) -> anyhow::Result<Self> {
         // toml's errors carry the line, the column and the key at fault.
-        let file: Self = toml::from_str(text)?;
+        let mut file: Self = toml::from_str(text)?;
+        file.table = toml::from_str(text)?;
         let confirmation = &file.confirmation;
         let approver_lists = confirmation
             .approvers
@@ -633,6 +687,43 @@ mod tests {
         assert!(
             error.to_string().contains("unknown field `reads`"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn changed_settings_are_named_as_the_file_writes_them() {
+        let before = ConfigFile::parse(
+            "[sandbox]\nexecution_time_ms = 100\n\n[[tools]]\nname = \"a\"\n\
+             description = \"A.\"\naccess = \"read\"\nurl = \"http://localhost/a\"\n\
+             parameters = { type = \"object\" }\n",
+        )
+        .unwrap();
+        let same = ConfigFile::parse(
+            "[[tools]]\nurl = \"http://localhost/a\"\nname = \"a\"\ndescription = \"A.\"\n\
+             access = \"read\"\nparameters = { type = \"object\" }\n\
+             [sandbox]\nexecution_time_ms = 100\n",
+        )
+        .unwrap();
+        assert_eq!(same.changed_settings(before.table()), []);
+        let after = ConfigFile::parse(
+            "[sandbox]\nexecution_time_ms = 200\nmemory_mib = 32\n\n\
+             [trust]\nscopes = []\n\n[llm]\nmodel = \"m\"\n",
+        )
+        .unwrap();
+        let changed = after.changed_settings(before.table());
+        let keys: Vec<(&str, &str)> = changed
+            .iter()
+            .map(|(key, shown)| (key.as_str(), shown.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                ("llm.model", "[llm] model"),
+                ("sandbox.execution_time_ms", "[sandbox] execution_time_ms"),
+                ("sandbox.memory_mib", "[sandbox] memory_mib"),
+                ("tools", "[[tools]]"),
+                ("trust.scopes", "[trust] scopes"),
+            ]
         );
     }
 

@@ -1,37 +1,182 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
-//! (or end an MCP client's session) — the trust store (a key added, rotated
-//! or revoked) with the config file's key scopes, the tools of the MCP
-//! servers (one at a url may not be able to say that theirs changed), the
-//! skills directory (for changes hot reload did not report, or a host
-//! running without it), and then what the command reads besides (serve:
-//! its API keys file and the config file's API key skill scopes).
+//! (or end an MCP client's session) — the config file (its HTTP tools and
+//! key scopes take effect; any other setting changed is said to wait for a
+//! restart), the trust store (a key added, rotated or revoked), the tools
+//! of the MCP servers (one at a url may not be able to say that theirs
+//! changed), the skills directory (for changes hot reload did not report,
+//! or a host running without it), and then what the command reads besides
+//! (serve: its API keys file and the config file's API key scopes).
+
+use std::path::PathBuf;
 
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
+use skillhost::tools::ToolRegistry;
+use skillhost::tools::http::HttpToolConfig;
 
+use crate::cli::config::ConfigFile;
 use crate::cli::console;
 use crate::cli::trust::Trust;
 
-/// Listens for SIGHUP from now on; each one reads the trust store and the
-/// key scopes again (`trust`; `None` under `--allow-unsigned`), lists the
-/// MCP servers' tools again, rescans the skills directory, then calls
-/// `also`.
+/// The settings of the config file every long-running command reads again
+/// at a SIGHUP, by dotted key: its HTTP tools and its key scopes.
+const FOLLOWED: [&str; 2] = ["tools", "trust.scopes"];
+
+/// The config file of a long-running command, as a SIGHUP reads it again.
+pub(super) struct FollowedConfig {
+    path: PathBuf,
+    /// The file as read at the start: what the settings that take effect
+    /// only at a restart are set to.
+    started: toml::Table,
+    /// The HTTP tools in place, as declared.
+    http_tools: Vec<HttpToolConfig>,
+    /// The settings, by dotted key, the command also reads again at a
+    /// SIGHUP, or never reads.
+    also_followed: &'static [&'static str],
+}
+
+impl FollowedConfig {
+    /// The file at `path`, read at the start as `file`; the command also
+    /// follows, or never reads, the settings `also_followed` names.
+    pub(super) fn new(
+        path: PathBuf,
+        file: &ConfigFile,
+        also_followed: &'static [&'static str],
+    ) -> Self {
+        Self {
+            path,
+            started: file.table().clone(),
+            http_tools: file.tools.clone(),
+            also_followed,
+        }
+    }
+
+    /// Reads the file again: its HTTP tools take the place of those in
+    /// `host`, and each other setting changed since the start that the
+    /// command does not follow is said to wait for a restart. A file that
+    /// does not read or check changes nothing (`None`), saying why.
+    async fn read_again(&mut self, host: &SkillHost) -> Option<ConfigFile> {
+        let file = match ConfigFile::load(&self.path) {
+            Ok(file) => file,
+            Err(error) => {
+                console::warn(&format!("{error:#}; the settings in force stay"));
+                return None;
+            }
+        };
+        self.replace_http_tools(host, &file).await;
+        let followed = FOLLOWED.iter().chain(self.also_followed);
+        let followed: Vec<&str> = followed.copied().collect();
+        let waiting: Vec<String> = file
+            .changed_settings(&self.started)
+            .into_iter()
+            .filter(|(key, _)| {
+                !followed
+                    .iter()
+                    .any(|followed| key == followed || key.starts_with(&format!("{followed}.")))
+            })
+            .map(|(_, shown)| shown)
+            .collect();
+        if !waiting.is_empty() {
+            console::warn(&format!(
+                "{}: {} changed since the start, which takes effect only at a restart",
+                self.path.display(),
+                waiting.join(", ")
+            ));
+        }
+        Some(file)
+    }
+
+    /// Puts `file`'s HTTP tools in place of those declared before, when
+    /// they differ, and says what changed. Tools that do not build (a
+    /// header's secret is not set) or clash with another tool's name leave
+    /// the tools in force, saying why.
+    async fn replace_http_tools(&mut self, host: &SkillHost, file: &ConfigFile) {
+        if file.tools == self.http_tools {
+            return;
+        }
+        let tools = match file.http_tools() {
+            Ok(tools) => tools,
+            Err(error) => {
+                console::warn(&format!("{error:#}; the HTTP tools in force stay"));
+                return;
+            }
+        };
+        let replaced = host.update_tools(|current| {
+            let mut next = ToolRegistry::clone(current);
+            for declared in &self.http_tools {
+                next.remove(&declared.name);
+            }
+            tools.into_iter().try_for_each(|tool| next.register(tool))?;
+            anyhow::Ok(next)
+        });
+        let reloads = match replaced.await {
+            Ok(replaced) => replaced.reloads,
+            Err(error) => {
+                console::warn(&format!(
+                    "[[tools]] in {}: {error}; the HTTP tools in force stay",
+                    self.path.display()
+                ));
+                return;
+            }
+        };
+        let (before, now) = (&self.http_tools, &file.tools);
+        let listed = |names: Vec<&str>| match names[..] {
+            [] => "none".to_owned(),
+            _ => names.join(", "),
+        };
+        let added = now
+            .iter()
+            .filter(|tool| declared(before, &tool.name).is_none());
+        let removed = before
+            .iter()
+            .filter(|tool| declared(now, &tool.name).is_none());
+        let changed = now
+            .iter()
+            .filter(|tool| declared(before, &tool.name).is_some_and(|was| was != *tool));
+        console::say(&format!(
+            "HTTP tools read again from {}: added {}; removed {}; changed {}; {} skill file(s) \
+             changed with them",
+            self.path.display(),
+            listed(added.map(|tool| tool.name.as_str()).collect()),
+            listed(removed.map(|tool| tool.name.as_str()).collect()),
+            listed(changed.map(|tool| tool.name.as_str()).collect()),
+            reloads.len(),
+        ));
+        self.http_tools.clone_from(&file.tools);
+    }
+}
+
+/// The tool called `name` among `tools`.
+fn declared<'a>(tools: &'a [HttpToolConfig], name: &str) -> Option<&'a HttpToolConfig> {
+    tools.iter().find(|tool| tool.name == name)
+}
+
+/// Listens for SIGHUP from now on; each one reads the config file again
+/// (`config`; `None` without one), the trust store and the key scopes
+/// (`trust`; `None` under `--allow-unsigned`), lists the MCP servers' tools
+/// again, rescans the skills directory, then calls `also` with the config
+/// file as read (`None` when there is none or it did not read).
 pub(super) fn reload_on_hangup(
     host: SkillHost,
     trust: Option<Trust>,
-    mut also: impl FnMut() + Send + 'static,
+    mut config: Option<FollowedConfig>,
+    mut also: impl FnMut(Option<&ConfigFile>) + Send + 'static,
 ) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut hangups = signal(SignalKind::hangup())?;
     tokio::spawn(async move {
         while hangups.recv().await.is_some() {
+            let file = match &mut config {
+                Some(config) => config.read_again(&host).await,
+                None => None,
+            };
             if let Some(trust) = &trust {
-                trust.reload_with_scopes().await;
+                trust.reload_with_scopes(file.as_ref()).await;
             }
             relist_mcp_tools(&host).await;
             rescan_skills(&host).await;
-            also();
+            also(file.as_ref());
         }
     });
     Ok(())

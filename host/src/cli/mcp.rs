@@ -29,6 +29,7 @@ use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, Asked, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
 use skillhost::scope::SkillScope;
 
+use super::hangup::FollowedConfig;
 use super::{HostArgs, console};
 
 #[derive(Debug, clap::Args)]
@@ -56,7 +57,11 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     } = settings
         .start(&args.host, &file, !args.no_watch, None)
         .await?;
-    super::hangup::reload_on_hangup(host.clone(), trust, || {}).context("listening for SIGHUP")?;
+    // `[server]` is `serve`'s alone.
+    let config =
+        (args.host.config.clone()).map(|path| FollowedConfig::new(path, &file, &["server"]));
+    super::hangup::reload_on_hangup(host.clone(), trust, config, |_| {})
+        .context("listening for SIGHUP")?;
     super::report_skills(&host, !args.no_watch, &file);
     match host.llm() {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),

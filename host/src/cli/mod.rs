@@ -387,12 +387,7 @@ impl HostSettings {
         let (trust, trust_watch) = match self.trust {
             None => (None, None),
             Some((scopes, seen)) => {
-                let trust = Trust::new(
-                    host.clone(),
-                    args.trust.clone(),
-                    scopes,
-                    args.config.clone(),
-                );
+                let trust = Trust::new(host.clone(), args.trust.clone(), scopes);
                 let watch = if hot_reload {
                     Some(trust.watch(seen)?)
                 } else {

@@ -27,8 +27,6 @@ pub(crate) struct Trust {
     args: TrustArgs,
     /// The config file's `[[trust.scopes]]`, as last read.
     scopes: Arc<std::sync::Mutex<KeyScopes>>,
-    /// The config file they are read from, if there is one.
-    config: Option<PathBuf>,
     reading: Arc<Mutex<()>>,
 }
 
@@ -39,33 +37,28 @@ pub(crate) struct Trust {
 pub(crate) struct Contents(Vec<(PathBuf, Option<Vec<u8>>)>);
 
 impl Trust {
-    pub(crate) fn new(
-        host: SkillHost,
-        args: TrustArgs,
-        scopes: KeyScopes,
-        config: Option<PathBuf>,
-    ) -> Self {
+    pub(crate) fn new(host: SkillHost, args: TrustArgs, scopes: KeyScopes) -> Self {
         Self {
             host,
             args,
             scopes: Arc::new(std::sync::Mutex::new(scopes)),
-            config,
             reading: Arc::default(),
         }
     }
 
-    /// Reads the config file's `[[trust.scopes]]` again, then the trust
-    /// store ([`Trust::reload`]). A file that does not read or check keeps
-    /// the scopes in force, saying why.
-    pub(crate) async fn reload_with_scopes(&self) {
-        if let Some(path) = &self.config {
-            match ConfigFile::load(path).and_then(|file| file.key_scopes()) {
+    /// Takes the key scopes of `file` (the config file read again; `None`
+    /// when there is none or it did not read: the scopes in force stay),
+    /// then reads the trust store again ([`Trust::reload`]). Scopes that do
+    /// not check keep those in force, saying why.
+    pub(crate) async fn reload_with_scopes(&self, file: Option<&ConfigFile>) {
+        if let Some(file) = file {
+            match file.key_scopes() {
                 Ok(scopes) => {
                     let mut held = self.scopes();
                     if *held != scopes {
                         console::say(&format!(
                             "key scopes read again from {}: {} key(s) scoped",
-                            path.display(),
+                            file.path().display(),
                             scopes.len()
                         ));
                         *held = scopes;

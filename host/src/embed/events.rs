@@ -111,14 +111,14 @@ impl TrustChange {
     }
 }
 
-/// Tools replaced on a running host (an MCP server's listed again, or
-/// [`SkillHost::replace_tools`](super::SkillHost::replace_tools)): what
+/// Tools changed on a running host (an MCP server's listed again, or
+/// [`SkillHost::update_tools`](super::SkillHost::update_tools)): what
 /// changed, by tool name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct ToolsChange {
     /// The MCP server whose tools were listed again; `None` when the
-    /// embedder replaced the tools.
+    /// embedder changed the tools.
     pub server: Option<String>,
     /// The tools new.
     pub added: Vec<String>,

@@ -2,7 +2,7 @@
 //! followed while it runs: when a server's tools may have changed — it said
 //! so, or it restarted — or [`SkillHost::relist_mcp_tools`](super::SkillHost::relist_mcp_tools)
 //! asks, its tools are listed again and the difference put in place
-//! ([`SkillRegistry::replace_tools`]): skills that name a new tool load,
+//! ([`SkillRegistry::update_tools`]): skills that name a new tool load,
 //! skills whose tool went are unloaded, runs under way keep theirs.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::events::{Observers, ToolsChange};
 use crate::skills::{ReloadEvent, SkillRegistry};
 use crate::tools::mcp::McpConnection;
-use crate::tools::{Tool, ToolRegistry};
+use crate::tools::{RegisterError, Tool, ToolRegistry};
 
 /// The shortest time between two relists of one server that follow its
 /// changes. A server that forgets every session would otherwise be
@@ -26,8 +26,8 @@ pub(super) struct McpServers {
     /// Told of each change.
     observers: Arc<Observers>,
     servers: Vec<McpConnection>,
-    /// Held while a server is relisted: each relist builds on the tools the
-    /// one before put in place.
+    /// Held while a server is relisted, so that what the servers list is put
+    /// in place in the order it was listed.
     relisting: tokio::sync::Mutex<()>,
     /// The names of the tools taken from each server now, by index.
     taken: Mutex<Vec<Vec<String>>>,
@@ -112,28 +112,30 @@ impl McpServers {
             }
         };
         let now = names(&tools);
-        let current = self.skills.tools();
-        let mut next = ToolRegistry::clone(&current);
-        for name in &self.taken()[index] {
-            next.remove(name);
-        }
-        for tool in tools {
-            if let Err(error) = next.register(tool) {
-                tracing::warn!(
-                    server = name,
-                    "MCP server's tools changed, but {error}; the tools taken from it stay as they were"
-                );
-                return Vec::new();
+        let updated = self.skills.update_tools(|current| {
+            let mut next = ToolRegistry::clone(current);
+            for taken in &self.taken()[index] {
+                next.remove(taken);
             }
-        }
-        let change = ToolsChange::between(Some(name.to_owned()), &current, &next);
-        if change.is_empty() {
-            tracing::debug!(server = name, "MCP server's tools listed again: no change");
-            return Vec::new();
-        }
-        self.observers.tools(&change);
-        self.taken()[index] = now;
-        self.skills.replace_tools(next).await
+            for tool in tools {
+                next.register(tool)?;
+            }
+            let change = ToolsChange::between(Some(name.to_owned()), current, &next);
+            if change.is_empty() {
+                tracing::debug!(server = name, "MCP server's tools listed again: no change");
+                return Ok(None);
+            }
+            self.observers.tools(&change);
+            self.taken()[index] = now;
+            Ok(Some(next))
+        });
+        updated.await.unwrap_or_else(|error: RegisterError| {
+            tracing::warn!(
+                server = name,
+                "MCP server's tools changed, but {error}; the tools taken from it stay as they were"
+            );
+            Vec::new()
+        })
     }
 }
 

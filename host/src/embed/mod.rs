@@ -433,13 +433,13 @@ pub struct PolicyReplaced {
     pub reloads: Vec<ReloadEvent>,
 }
 
-/// What [`SkillHost::replace_tools`] did.
+/// What [`SkillHost::update_tools`] did.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ToolsReplaced {
     /// The tools now, against before.
     pub tools: ToolsChange,
-    /// What changed in the skill files known ([`SkillRegistry::replace_tools`]).
+    /// What changed in the skill files known ([`SkillRegistry::update_tools`]).
     pub reloads: Vec<ReloadEvent>,
 }
 
@@ -669,23 +669,41 @@ impl SkillHost {
         self.inner.skills.tools()
     }
 
-    /// Replaces the tools skills and the agent call — the application's own
-    /// tools changed — without a restart ([`SkillRegistry::replace_tools`]):
-    /// a skill that names a tool `tools` lacks is unloaded now, and a file
-    /// refused for such a tool loads once it fits. Runs under way keep the
-    /// tools they started with. Tools the host takes from MCP servers are
-    /// its own to follow: leave them in `tools` as [`SkillHost::tools`]
-    /// has them.
-    /// Subscribers get the [`ToolsChange`] (also logged, at info), then
+    /// Changes the tools skills and the agent call — the application's own
+    /// tools changed — without a restart ([`SkillRegistry::update_tools`]):
+    /// `change` gets the tools in place and returns those to put in their
+    /// place; an error it returns changes nothing. A skill that names a
+    /// tool the new tools lack is unloaded now, and a file refused for such
+    /// a tool loads once it fits. Runs under way keep the tools they
+    /// started with. The tools the host takes from MCP servers are among
+    /// those `change` gets, and are its own to follow: keep them. Changes
+    /// are made one at a time, relists of the MCP servers' tools among
+    /// them, so none builds on tools another is replacing.
+    /// When a tool's name, description, parameters or access changed,
+    /// subscribers get the [`ToolsChange`] (also logged, at info); then
     /// what it changed as reload events.
-    pub async fn replace_tools(&self, tools: ToolRegistry) -> ToolsReplaced {
-        let change = ToolsChange::between(None, &self.tools(), &tools);
-        self.inner.observers.tools(&change);
-        let reloads = self.inner.skills.replace_tools(tools).await;
-        ToolsReplaced {
-            tools: change,
+    pub async fn update_tools<E>(
+        &self,
+        change: impl FnOnce(&ToolRegistry) -> Result<ToolRegistry, E>,
+    ) -> Result<ToolsReplaced, E> {
+        let mut told = None;
+        let reloads = self
+            .inner
+            .skills
+            .update_tools(|current| {
+                let next = change(current)?;
+                let tools = ToolsChange::between(None, current, &next);
+                if !tools.is_empty() {
+                    self.inner.observers.tools(&tools);
+                }
+                told = Some(tools);
+                Ok(Some(next))
+            })
+            .await?;
+        Ok(ToolsReplaced {
+            tools: told.expect("the change ran: it returned tools"),
             reloads,
-        }
+        })
     }
 
     /// The MCP server each tool taken from one comes from, by tool name
@@ -696,7 +714,7 @@ impl SkillHost {
 
     /// Lists the tools of every MCP server the host takes tools from again
     /// ([`SkillHostBuilder::mcp_server`]), and puts what changed in place
-    /// as [`SkillHost::replace_tools`] does: for servers that cannot say
+    /// as [`SkillHost::update_tools`] does: for servers that cannot say
     /// that their tools changed (one at a url offering no stream of its
     /// own messages), at an operator's
     /// word. What it did to the skills reaches subscribers as reload events

@@ -83,7 +83,7 @@ impl HttpMethod {
 }
 
 /// One HTTP tool as declared in configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpToolConfig {
     /// The tool's name, as skills declare it and models call it.

@@ -42,7 +42,7 @@ impl RegisteredTool {
 /// Every tool the host can execute, by name. Shared read-only
 /// (`Arc<ToolRegistry>`); a change of tools is a new registry, cloned
 /// cheaply from the old one, put in place whole
-/// ([`SkillRegistry::replace_tools`](crate::skills::SkillRegistry::replace_tools)).
+/// ([`SkillRegistry::update_tools`](crate::skills::SkillRegistry::update_tools)).
 #[derive(Default, Clone)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<RegisteredTool>>,

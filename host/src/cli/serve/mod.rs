@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
 
+use super::hangup::FollowedConfig;
 use super::{HostArgs, config, console};
 use keys::bearer_key;
 
@@ -36,7 +37,8 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     after_help = "Routes: POST /v1/chat/completions (OpenAI-compatible; needs an LLM), \
     POST /v1/confirmations/{id}, GET /v1/confirmations/{id}, GET /v1/runs/{id}, GET /v1/models, GET /v1/skills, \
     GET /v1/skills/{name}, POST /v1/skills/{name}/invoke, POST and GET /mcp (MCP); admin: GET /v1/events, GET /v1/confirmations, GET /v1/tools, GET /metrics; \
-    open: GET /healthz.\n\nSIGHUP reads the trust store and the config file's key scopes again (unloading skills \
+    open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, key scopes and API keys' scopes take \
+    effect; it names any other setting changed, which waits for a restart), the trust store (unloading skills \
     no longer admitted), lists the MCP servers' tools again, rescans the skills directory and reads the API keys file again, without the restart that would \
     withdraw the runs waiting for an answer (unless --runs-dir keeps them).\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
     OPENAI_BASE_URL and OPENAI_API_KEY (or [llm] in the config file). Without one, everything \
@@ -220,13 +222,17 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.api_keys.clone(),
         args.api_keys_file.clone(),
     );
-    let config_path = args.host.config.clone();
-    super::hangup::reload_on_hangup(gateway.host().clone(), trust, move || {
+    let config = args
+        .host
+        .config
+        .clone()
+        .map(|path| FollowedConfig::new(path, &file, &SCOPES_OF_API_KEYS));
+    super::hangup::reload_on_hangup(gateway.host().clone(), trust, config, move |config| {
         if let Some(file) = &keys_file {
             keys::reload(&reloaded, &given, file);
         }
-        if let Some(path) = &config_path {
-            reload_scopes(&reloaded, path);
+        if let Some(config) = config {
+            reload_scopes(&reloaded, config);
         }
     })
     .context("listening for SIGHUP")?;
@@ -295,11 +301,15 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Reads `[server.skill_scopes]` and `[server.tool_scopes]` again from the
-/// config file at `path`, and says so when they changed. A file that does
-/// not read or check keeps the scopes in force, saying why.
-fn reload_scopes(gateway: &Gateway, path: &Path) {
-    match config::ConfigFile::load(path).and_then(|file| file.server.scopes()) {
+/// The settings of the config file that give API keys their scopes, which
+/// `serve` reads again at a SIGHUP.
+const SCOPES_OF_API_KEYS: [&str; 2] = ["server.skill_scopes", "server.tool_scopes"];
+
+/// Puts the API keys' scopes of `file` (the config file read again) in
+/// force, and says so when they changed. Scopes that do not check keep
+/// those in force, saying why.
+fn reload_scopes(gateway: &Gateway, file: &config::ConfigFile) {
+    match file.server.scopes() {
         Ok(scopes) => {
             if *gateway.scopes() != scopes {
                 let count = scopes.key_names().count();
@@ -307,7 +317,7 @@ fn reload_scopes(gateway: &Gateway, path: &Path) {
                 gateway.set_scopes(scopes);
                 console::say(&format!(
                     "API keys' scopes read again from {}: {count} key(s) scoped",
-                    path.display()
+                    file.path().display()
                 ));
             }
         }

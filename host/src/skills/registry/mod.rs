@@ -327,7 +327,7 @@ impl FileError {
 #[derive(Default, Clone)]
 pub struct SkillSnapshot {
     /// Every tool the skills may call or unlock is one of these; replaced
-    /// whole by [`SkillRegistry::replace_tools`].
+    /// whole by [`SkillRegistry::update_tools`].
     tools: Arc<ToolRegistry>,
     skills: BTreeMap<SkillName, LoadedSkill>,
     /// Which skill each file provides.
@@ -596,7 +596,7 @@ pub enum ReloadOutcome {
         /// Why, in words.
         reason: String,
     },
-    /// The tools were replaced ([`SkillRegistry::replace_tools`]) and the
+    /// The tools were replaced ([`SkillRegistry::update_tools`]) and the
     /// version serving, `old`, no longer fits them: a tool it calls or
     /// unlocks is gone (an MCP server stopped listing it), or a tool now
     /// has its name. The skill is unloaded, though its file stays; it loads
@@ -822,7 +822,7 @@ pub struct SkillRegistry {
     /// Serializes writers so that two reloads never build on the same base.
     writer: Mutex<()>,
     /// Serializes [`SkillRegistry::replace_policy`] and
-    /// [`SkillRegistry::replace_tools`] calls.
+    /// [`SkillRegistry::update_tools`] calls.
     replacing: Mutex<()>,
     syncing: FileLocks,
     events: broadcast::Sender<ReloadEvent>,

@@ -1,5 +1,5 @@
-//! Tools replaced on a running registry: every skill held to the new ones
-//! at once ([`SkillRegistry::replace_tools`]).
+//! Tools changed on a running registry: every skill held to the new ones
+//! at once ([`SkillRegistry::update_tools`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,24 +12,41 @@ use crate::runtime::{LoadError, SkillComponent};
 use crate::tools::ToolRegistry;
 
 impl SkillRegistry {
-    /// Replaces the tools skills may call and unlock — an MCP server that
-    /// lists other tools now, say — and holds every skill to them at once:
+    /// Changes the tools skills may call and unlock — an MCP server lists
+    /// other tools now, an operator edited the HTTP tools — and holds every
+    /// skill to them at once. `change` builds the new tools from those in
+    /// place, or says there is nothing to change (`Ok(None)`); changes are
+    /// made one at a time, so none builds on tools another is replacing and
+    /// none is lost. An error from `change` changes nothing and is returned.
     ///
     /// - a skill serving that no longer fits them (a tool it calls or
     ///   unlocks is gone, or a tool now has its name) is unloaded in the
     ///   same swap that puts the tools in place
     ///   ([`ReloadOutcome::Unresolved`]), its file refused for its manifest;
     /// - content refused for its manifest (a tool it names was missing) is
-    ///   tried again, and loads when it fits the new tools.
+    ///   tried again when a tool's name, description, parameters or access
+    ///   changed, and loads when it fits the new tools.
     ///
     /// Runs under way keep the tools and skills of the snapshot they
     /// started on. A load under way as the tools change checks its content
     /// again under the new ones before it installs. Returns what changed,
     /// each also broadcast.
-    pub async fn replace_tools(&self, tools: ToolRegistry) -> Vec<ReloadEvent> {
+    pub async fn update_tools<E>(
+        &self,
+        change: impl FnOnce(&ToolRegistry) -> Result<Option<ToolRegistry>, E>,
+    ) -> Result<Vec<ReloadEvent>, E> {
         let _replacing = self.replacing.lock().await;
+        let current = self.tools();
+        let Some(tools) = change(&current)? else {
+            return Ok(Vec::new());
+        };
+        let specs_changed = !current.specs().eq(tools.specs());
         let (mut events, waiting) = self.put_tools_in_place(Arc::new(tools)).await;
         self.sync_waiting(waiting).await;
+        if !specs_changed {
+            // The same specs: no manifest fits now that did not before.
+            return Ok(events);
+        }
         let refused_for_manifest: Vec<PathBuf> = self
             .snapshot()
             .failures()
@@ -45,7 +62,7 @@ impl SkillRegistry {
             }
             self.sync_waiting(waiting).await;
         }
-        events
+        Ok(events)
     }
 
     /// Swaps in a snapshot with `tools` and without the skills that no
@@ -140,23 +157,32 @@ mod tests {
     use crate::runtime::{Runtime, RuntimeConfig};
     use crate::skills::pack::{DeclarativeSkill, Format};
     use crate::skills::signature::SignaturePolicy;
-    use crate::tools::{Access, StandIn, ToolSpec};
+    use crate::tools::{Access, RegisterError, StandIn, Tool, ToolSpec};
+
+    /// A stand-in named `name`.
+    fn stand_in(name: &str) -> Arc<dyn Tool> {
+        let spec = ToolSpec {
+            name: name.to_owned(),
+            description: "A tool.".into(),
+            parameters: json!({"type": "object"}),
+            access: Access::Read,
+        };
+        Arc::new(StandIn::new(spec, "never called"))
+    }
 
     /// Stand-ins named `names`.
     fn tools(names: &[&str]) -> ToolRegistry {
         let mut tools = ToolRegistry::new();
         for name in names {
-            let spec = ToolSpec {
-                name: (*name).to_owned(),
-                description: "A tool.".into(),
-                parameters: json!({"type": "object"}),
-                access: Access::Read,
-            };
-            tools
-                .register(Arc::new(StandIn::new(spec, "never called")))
-                .unwrap();
+            tools.register(stand_in(name)).unwrap();
         }
         tools
+    }
+
+    /// Puts `tools` in place of those in `registry`.
+    async fn replace(registry: &SkillRegistry, tools: ToolRegistry) -> Vec<ReloadEvent> {
+        let replaced = registry.update_tools(|_| Ok::<_, RegisterError>(Some(tools)));
+        replaced.await.unwrap()
     }
 
     /// Writes `file` in `dir`: the unsigned skill `name` calling `tool`.
@@ -191,7 +217,7 @@ mod tests {
         assert_eq!(failure.kind, FailureKind::NameTaken);
 
         // Its tool goes: no longer a contender, but refused for the tool.
-        let events = registry.replace_tools(tools(&["first"])).await;
+        let events = replace(&registry, tools(&["first"])).await;
         let [refused] = events.as_slice() else {
             panic!("one change: {events:?}");
         };
@@ -213,7 +239,7 @@ mod tests {
         assert!(registry.get("desk").is_none());
 
         // The tool is back: the file loads.
-        let events = registry.replace_tools(tools(&["first", "second"])).await;
+        let events = replace(&registry, tools(&["first", "second"])).await;
         let [loaded] = events.as_slice() else {
             panic!("one change: {events:?}");
         };
@@ -231,7 +257,7 @@ mod tests {
         let registry = registry(dir.path(), &["first"]).await;
         let before = registry.snapshot();
 
-        let events = registry.replace_tools(tools(&["first", "desk"])).await;
+        let events = replace(&registry, tools(&["first", "desk"])).await;
         let [unloaded] = events.as_slice() else {
             panic!("one change: {events:?}");
         };
@@ -247,5 +273,49 @@ mod tests {
         assert!(registry.tools().contains("desk"));
         // A run holding the snapshot before has both as they were.
         assert!(before.get("desk").is_some() && !before.tools().contains("desk"));
+    }
+
+    #[tokio::test]
+    async fn changes_made_at_once_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Arc::new(registry(dir.path(), &["first"]).await);
+        let changes = (0..16).map(|n| {
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let added = registry.update_tools(|current| {
+                    let mut next = ToolRegistry::clone(current);
+                    next.register(stand_in(&format!("tool_{n}")))?;
+                    Ok::<_, RegisterError>(Some(next))
+                });
+                added.await.unwrap();
+            })
+        });
+        for change in changes.collect::<Vec<_>>() {
+            change.await.unwrap();
+        }
+        let tools = registry.tools();
+        assert!(tools.contains("first"));
+        let lost: Vec<String> = (0..16)
+            .map(|n| format!("tool_{n}"))
+            .filter(|name| !tools.contains(name))
+            .collect();
+        assert!(lost.is_empty(), "changes lost: {lost:?}");
+    }
+
+    #[tokio::test]
+    async fn a_change_that_fails_or_has_nothing_to_change_leaves_the_tools_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        write_skill(dir.path(), "a.wasm", "desk", "first");
+        let registry = registry(dir.path(), &["first"]).await;
+        let before = registry.tools();
+
+        let failed = registry
+            .update_tools(|_| Err::<Option<ToolRegistry>, _>("no such server"))
+            .await;
+        assert_eq!(failed.unwrap_err(), "no such server");
+        let unchanged = registry.update_tools(|_| Ok::<_, RegisterError>(None));
+        assert!(unchanged.await.unwrap().is_empty());
+        assert!(Arc::ptr_eq(&before, &registry.tools()));
+        assert!(registry.get("desk").is_some());
     }
 }
