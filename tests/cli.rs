@@ -2330,6 +2330,73 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
     assert_eq!(refund_shown().await, reqwest::StatusCode::OK);
 }
 
+/// The confirmation policy changed in the config file takes effect at
+/// SIGHUP, for the confirmations pending too: an approver taken off the list
+/// can no longer approve the write waiting, the one put on it can. A policy
+/// naming a tool that does not exist keeps the one in force.
+#[tokio::test]
+async fn serve_reads_the_confirmation_policy_again_at_sighup() {
+    let work = Workdir::new();
+    let approvers =
+        |name: &str| format!("[confirmation.tool_approvers]\napplyRefund = [\"{name}\"]\n");
+    let mut command = work.configured_command(
+        &approvers("api-key-2"),
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    command.env("SKILLHOST_API_KEYS", "k-one,k-two");
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let post = async |key: &str, path: &str, body: Value| {
+        let response = http
+            .post(format!("{base}{path}"))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.json::<Value>().await.unwrap())
+    };
+    let input = json!({"orderId": "88231", "reason": "broken"});
+    let (status, pending) = post("k-one", "/v1/skills/processRefund/invoke", input).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{pending:#}");
+    assert_eq!(pending["confirmation"]["approvers"], json!(["api-key-2"]));
+    let answer = pending["confirmation"]["answer"]["path"].as_str().unwrap();
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[confirmation]\nauto_approve = [\"noSuchTool\"]\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, "the policy in force stays").await;
+    assert!(said.contains("noSuchTool"), "{said}");
+
+    std::fs::write(work.path("skillhost.toml"), approvers("api-key-1")).unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(
+        &mut stderr,
+        "confirmation policy read again from skillhost.toml",
+    )
+    .await;
+    let approve = json!({"decision": "approve"});
+    let (status, refused) = post("k-two", answer, approve.clone()).await;
+    assert_eq!(status, reqwest::StatusCode::FORBIDDEN, "{refused:#}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("may be approved only by `api-key-1`"),
+        "{message}"
+    );
+    let (status, done) = post("k-one", answer, approve).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{done:#}");
+    assert_eq!(done["result"]["refunded"], true, "{done:#}");
+}
+
 /// SIGHUP makes `skillhost mcp` read its skills directory again (here
 /// unwatched): a file added meanwhile becomes a tool, the client is told,
 /// and the session goes on.

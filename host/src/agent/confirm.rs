@@ -408,6 +408,17 @@ impl Confirmations {
         pending
     }
 
+    /// Holds the confirmations pending to `policy`, put in force meanwhile:
+    /// who may approve each is what it says now. An approver taken off the
+    /// list can no longer approve what waits; their expiry stays.
+    pub(super) fn hold_to(&self, policy: &ConfirmationPolicy) {
+        for slot in self.lock().values_mut() {
+            let pending = &mut slot.pending;
+            pending.separate_approver = policy.separate_approver;
+            pending.approvers = policy.approvers_of(&pending.tool).cloned();
+        }
+    }
+
     /// Opens a confirmation for a call; the returned ticket waits for the
     /// answer.
     pub(crate) fn open(
@@ -947,6 +958,30 @@ mod tests {
 
     /// Approves `ticket`'s confirmation, the one left pending after refused
     /// approvals, on behalf of `by`, and checks that its call gets that.
+    #[tokio::test]
+    async fn confirmations_pending_are_held_to_a_policy_put_in_force() {
+        let store = Confirmations::default();
+        let ticket = open_for(&store, Some("desk"), Duration::from_secs(60), false);
+        let id = ticket.pending().id.clone();
+        store.hold_to(&ConfirmationPolicy::default().tool_approvers("applyRefund", ["finance"]));
+        let pending = &store.pending()[0];
+        assert_eq!(
+            pending.approvers,
+            Some(BTreeSet::from(["finance".to_owned()]))
+        );
+        assert_eq!(
+            pending.expires_at,
+            ticket.pending().expires_at,
+            "its expiry stays"
+        );
+        let refused = store.answer(id.as_str(), Decision::Approve, Some("desk".into()));
+        assert!(
+            matches!(refused, Err(ConfirmError::NotAnApprover { .. })),
+            "{refused:?}"
+        );
+        approve_the_one_pending(&store, ticket, "finance").await;
+    }
+
     async fn approve_the_one_pending(store: &Confirmations, ticket: Ticket, by: &str) {
         assert_eq!(
             store.pending().len(),

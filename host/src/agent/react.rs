@@ -183,7 +183,7 @@ pub(super) struct LoopEnd {
 impl<S: Scope> Loop<'_, S> {
     /// Runs rounds until the model answers without calls.
     pub(super) async fn run(&self, transcript: &mut Transcript) -> Result<LoopEnd, AgentError> {
-        let mut repeats = RepeatGuard::new(self.run.agent.config.max_identical_calls);
+        let mut repeats = RepeatGuard::new(self.run.agent.config().max_identical_calls);
         for round in 1..=self.max_rounds {
             let span = tracing::info_span!(
                 "agent_round",
@@ -272,7 +272,7 @@ impl<S: Scope> Loop<'_, S> {
                 rounds: self.max_rounds,
             });
         }
-        let most = self.run.agent.config.max_calls_per_answer as usize;
+        let most = self.run.agent.config().max_calls_per_answer as usize;
         for (index, call) in calls.iter().enumerate() {
             let content = if index < most {
                 self.execute(call, &loaded, repeats).await?
@@ -288,7 +288,10 @@ impl<S: Scope> Loop<'_, S> {
             let content = if call.name() == LOAD_SKILL {
                 content
             } else {
-                fit_result(content, result_tokens(self.run.agent.config.context_budget))
+                fit_result(
+                    content,
+                    result_tokens(self.run.agent.config().context_budget),
+                )
             };
             transcript.push(Message::tool(&call.id, call.name(), content));
         }
@@ -314,7 +317,7 @@ impl<S: Scope> Loop<'_, S> {
     /// results are gone from the model's view.
     fn prepare_round(&self, transcript: &mut Transcript, repeats: &mut RepeatGuard) -> Functions {
         let functions = self.scope.functions(self.run, transcript);
-        let budget = self.run.agent.config.context_budget;
+        let budget = self.run.agent.config().context_budget;
         let Some(compaction) = transcript.compact(budget, functions.tokens) else {
             return functions;
         };

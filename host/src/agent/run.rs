@@ -691,7 +691,7 @@ impl RunContext {
     /// a call that cannot run) and the policy asks.
     pub(super) fn waits_for_approval(&self, tool: &str, arguments: &Value) -> bool {
         self.tools().get(tool).is_some_and(|registered| {
-            self.agent.config.confirmation.requires(registered.spec())
+            self.agent.config().confirmation.requires(registered.spec())
                 && registered.validate(arguments).is_ok()
         })
     }
@@ -713,7 +713,7 @@ impl RunContext {
     pub(super) fn may_wait_for_approval(&self, tool: &str) -> bool {
         self.tools()
             .get(tool)
-            .is_some_and(|registered| self.agent.config.confirmation.requires(registered.spec()))
+            .is_some_and(|registered| self.agent.config().confirmation.requires(registered.spec()))
     }
 
     /// The steps of [`Self::call_tool`], each recorded on its span.
@@ -753,7 +753,7 @@ impl RunContext {
         if let Some(why) = self.divergence() {
             return Err(ToolError::Failed(format!("not executed: {why}")).into());
         }
-        let policy = &self.agent.config.confirmation;
+        let policy = &self.agent.config().confirmation;
         let confirmed = policy.requires(registered.spec());
         if confirmed {
             let resolution = match self.replay() {
@@ -825,7 +825,7 @@ impl RunContext {
         arguments: &Value,
         ask: Ask<'_>,
     ) -> Result<Resolution, CallError> {
-        let policy = &self.agent.config.confirmation;
+        let policy = &self.agent.config().confirmation;
         let confirmations = &self.agent.confirmations;
         // A resumed conversation reaches the confirmation it waited on.
         let again = self

@@ -2,10 +2,11 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use arc_swap::ArcSwap;
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use super::config::{AgentConfig, UnknownPolicyTool};
+use super::config::{AgentConfig, ConfirmationPolicy, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::ids::RunId;
@@ -109,7 +110,10 @@ pub(super) struct AgentInner {
     /// The tools every call runs on ([`AgentBuilder::tools`]); `None`: those
     /// of the snapshot the run started on.
     tools: Option<Arc<ToolRegistry>>,
-    pub(super) config: AgentConfig,
+    /// Replaced whole when the confirmation policy is
+    /// ([`Agent::replace_confirmation_policy`]); read through
+    /// [`AgentInner::config`].
+    config: ArcSwap<AgentConfig>,
     pub(super) confirmations: Confirmations,
     pub(super) observer: Option<RunObserver>,
     /// Where direct skill runs are kept while their steps wait.
@@ -119,6 +123,11 @@ pub(super) struct AgentInner {
 }
 
 impl AgentInner {
+    /// The settings in force.
+    pub(super) fn config(&self) -> Arc<AgentConfig> {
+        self.config.load_full()
+    }
+
     /// The tools a run over `snapshot` calls.
     pub(super) fn tools_of<'a>(&'a self, snapshot: &'a SkillSnapshot) -> &'a Arc<ToolRegistry> {
         self.tools.as_ref().unwrap_or(snapshot.tools())
@@ -141,7 +150,7 @@ impl AgentInner {
                 snapshot,
                 skill_scope,
                 tool_scope,
-                &self.config.disclosure,
+                &self.config().disclosure,
             )
         };
         if !skill_scope.is_all() || !tool_scope.is_all() {
@@ -252,7 +261,7 @@ impl AgentBuilder {
                 llm: self.llm,
                 tools: self.tools,
                 skills: self.skills,
-                config: self.config,
+                config: ArcSwap::from_pointee(self.config),
                 confirmations: self.confirmations,
                 observer: self.observer,
                 kept_runs: self.kept_runs,
@@ -279,9 +288,34 @@ impl Agent {
         }
     }
 
-    /// The settings.
-    pub fn config(&self) -> &AgentConfig {
-        &self.inner.config
+    /// The settings in force.
+    pub fn config(&self) -> Arc<AgentConfig> {
+        self.inner.config()
+    }
+
+    /// Puts `policy` in force from now on, for the runs under way too:
+    /// calls from now on wait for approval as it says, and who may approve
+    /// a confirmation still pending is what it says now
+    /// ([`Confirmations::hold_to`]). An error, changing nothing, when it
+    /// names a tool that is not registered.
+    pub fn replace_confirmation_policy(
+        &self,
+        policy: ConfirmationPolicy,
+    ) -> Result<(), UnknownPolicyTool> {
+        let tools = self
+            .inner
+            .tools
+            .clone()
+            .unwrap_or_else(|| self.inner.skills.tools());
+        policy.check(&tools)?;
+        // Only the policy is ever replaced, so no other setting is lost.
+        let config = Arc::new(AgentConfig {
+            confirmation: policy,
+            ..AgentConfig::clone(&self.inner.config())
+        });
+        self.inner.config.store(config.clone());
+        self.inner.confirmations.hold_to(&config.confirmation);
+        Ok(())
     }
 
     /// Whether an LLM is configured.
@@ -362,7 +396,7 @@ impl Agent {
         {
             return Err(AgentError::NoUserMessage);
         }
-        let messages = with_system_prompt(&self.inner.config.system_prompt, messages);
+        let messages = with_system_prompt(&self.inner.config().system_prompt, messages);
         let kept = self.keeping(&options, || KeptWhat::Chat {
             messages: messages.clone(),
             tape: Mutex::default(),
@@ -478,7 +512,7 @@ impl Agent {
             approved.run.clone(),
             approved.requested_by.clone(),
             approved.caller.clone(),
-            &self.inner.config.confirmation,
+            &self.inner.config().confirmation,
         );
         let interrupted = InterruptedRun::from(approved);
         self.inner
@@ -575,7 +609,7 @@ async fn main_agent(
         run: &run,
         caller: Caller::Main,
         scope: MainScope,
-        max_rounds: run.agent.config.max_rounds,
+        max_rounds: run.agent.config().max_rounds,
     };
     let end = main.run(&mut transcript).await?;
     run.emit(AgentEvent::Answer {

@@ -38,7 +38,7 @@ pub(super) async fn invoke(
     loaded: &LoadedSkill,
     input: Value,
 ) -> Result<CallOutcome, AgentError> {
-    let path = if loaded.component.manifest().has_steps && run.agent.config.use_steps {
+    let path = if loaded.component.manifest().has_steps && run.agent.config().use_steps {
         SkillPath::Steps
     } else {
         SkillPath::Llm
@@ -325,7 +325,7 @@ async fn sub_agent(
             skill,
             functions: run.catalog.scope(skill.manifest()),
         },
-        max_rounds: run.agent.config.skill_max_rounds,
+        max_rounds: run.agent.config().skill_max_rounds,
     };
     match sub.run(&mut transcript).await {
         Ok(end) => Ok(CallOutcome::Done {

@@ -419,6 +419,12 @@ impl ConfigFile {
         if let Some(tools) = keep_public.or_else(|| self.agent.keep_public.clone()) {
             config.disclosure.keep_public = tools.into_iter().collect();
         }
+        config.confirmation = self.confirmation_policy();
+        config
+    }
+
+    /// The `[confirmation]` policy: the file over the defaults.
+    pub fn confirmation_policy(&self) -> ConfirmationPolicy {
         let confirmation = &self.confirmation;
         let mut policy = ConfirmationPolicy::default();
         if let Some(writes) = confirmation.require_for_writes {
@@ -442,8 +448,7 @@ impl ConfigFile {
         for tool in &confirmation.always_ask {
             policy = policy.always_ask(tool);
         }
-        config.confirmation = policy;
-        config
+        policy
     }
 
     /// `runtime` with the file's `[sandbox]` settings over it, and each

@@ -1,8 +1,8 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
-//! (or end an MCP client's session) — the config file (its HTTP tools and
-//! key scopes take effect; any other setting changed is said to wait for a
-//! restart), the trust store (a key added, rotated or revoked), the tools
+//! (or end an MCP client's session) — the config file (its HTTP tools,
+//! confirmation policy and key scopes take effect; any other setting
+//! changed is said to wait for a restart), the trust store (a key added, rotated or revoked), the tools
 //! of the MCP servers (one at a url may not be able to say that theirs
 //! changed), the skills directory (for changes hot reload did not report,
 //! or a host running without it), and then what the command reads besides
@@ -20,8 +20,9 @@ use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// The settings of the config file every long-running command reads again
-/// at a SIGHUP, by dotted key: its HTTP tools and its key scopes.
-const FOLLOWED: [&str; 2] = ["tools", "trust.scopes"];
+/// at a SIGHUP, by dotted key: its HTTP tools, its confirmation policy and
+/// its key scopes.
+const FOLLOWED: [&str; 3] = ["tools", "confirmation", "trust.scopes"];
 
 /// The config file of a long-running command, as a SIGHUP reads it again.
 pub(super) struct FollowedConfig {
@@ -65,6 +66,8 @@ impl FollowedConfig {
             }
         };
         self.replace_http_tools(host, &file).await;
+        // After the tools: the policy may name a tool just added.
+        self.replace_confirmation_policy(host, &file);
         let followed = FOLLOWED.iter().chain(self.also_followed);
         let followed: Vec<&str> = followed.copied().collect();
         let waiting: Vec<String> = file
@@ -144,6 +147,27 @@ impl FollowedConfig {
             reloads.len(),
         ));
         self.http_tools.clone_from(&file.tools);
+    }
+
+    /// Puts `file`'s `[confirmation]` policy in force when it differs from
+    /// the one in force, and says so. A policy naming a tool that is not
+    /// registered leaves the one in force, saying why.
+    fn replace_confirmation_policy(&self, host: &SkillHost, file: &ConfigFile) {
+        let policy = file.confirmation_policy();
+        if host.agent().config().confirmation == policy {
+            return;
+        }
+        match host.agent().replace_confirmation_policy(policy) {
+            Ok(()) => console::say(&format!(
+                "confirmation policy read again from {}: in force for the calls from now on and \
+                 for who may approve the confirmations pending",
+                self.path.display()
+            )),
+            Err(error) => console::warn(&format!(
+                "[confirmation] in {}: {error}; the policy in force stays",
+                self.path.display()
+            )),
+        }
     }
 }
 
