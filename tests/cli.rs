@@ -2333,7 +2333,8 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
 /// The confirmation policy changed in the config file takes effect at
 /// SIGHUP, for the confirmations pending too: an approver taken off the list
 /// can no longer approve the write waiting, the one put on it can. A policy
-/// naming a tool that does not exist keeps the one in force.
+/// naming a tool that does not exist keeps the one in force; one naming an
+/// approver no key goes by is warned of.
 #[tokio::test]
 async fn serve_reads_the_confirmation_policy_again_at_sighup() {
     let work = Workdir::new();
@@ -2376,6 +2377,16 @@ async fn serve_reads_the_confirmation_policy_again_at_sighup() {
     send_signal(&serve, "-HUP").await;
     let said = said_next(&mut stderr, "the policy in force stays").await;
     assert!(said.contains("noSuchTool"), "{said}");
+
+    // An approver no key goes by is warned of, as at the start.
+    std::fs::write(work.path("skillhost.toml"), approvers("api-key-7")).unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "confirmation policy read again").await;
+    let said = said_next(&mut stderr, "no key of this gateway goes by").await;
+    assert!(
+        said.contains("api-key-7; its keys go by api-key-1, api-key-2"),
+        "{said}"
+    );
 
     std::fs::write(work.path("skillhost.toml"), approvers("api-key-1")).unwrap();
     send_signal(&serve, "-HUP").await;

@@ -136,6 +136,13 @@ impl Keys {
         }
     }
 
+    /// The names the keys go by: each API key's, then the admin key's.
+    pub(super) fn names(&self) -> Vec<String> {
+        let api = self.api.iter().map(|(_, name)| name.to_string());
+        let admin = self.admin.map(|_| ADMIN_PRINCIPAL.to_owned());
+        api.chain(admin).collect()
+    }
+
     /// Whether any key is configured: then `Authorization` carries one.
     pub(super) fn any(&self) -> bool {
         !self.api.is_empty() || self.admin.is_some()

@@ -527,6 +527,13 @@ impl Gateway {
             .unwrap_or_else(PoisonError::into_inner) = keys;
     }
 
+    /// The names the keys in force go by ([`ApiKey::principal`], then
+    /// [`ADMIN_PRINCIPAL`] with an admin key): whom runs act for and
+    /// answers are given on behalf of.
+    pub fn key_names(&self) -> Vec<String> {
+        self.state.keys().names()
+    }
+
     /// Replaces the API keys' scopes ([`GatewayConfig::scopes`]):
     /// requests from now on are held to `scopes`; runs under way keep the
     /// scopes they started with.

@@ -134,41 +134,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     } = keys::api_keys(&args.api_keys, args.api_keys_file.as_deref())?;
     let has_api_keys = !api_keys.is_empty();
     let with_keys = has_api_keys || args.admin_key.is_some();
-    let agent_config = &settings.agent;
-    if agent_config.confirmation.separate_approver && !with_keys {
-        console::warn(
-            "[confirmation] separate_approver is set but the gateway has no keys: no answer names \
-             an approver, so writes can only be rejected or expire (set SKILLHOST_API_KEYS or \
-             --api-keys-file)",
-        );
-    }
-    let principals = key_principals(&api_keys, args.admin_key.is_some());
-    let policy = &agent_config.confirmation;
-    warn_of_unknown_key_names(
-        "[confirmation] names approvers",
-        policy
-            .approvers
-            .iter()
-            .flatten()
-            .chain(policy.tool_approvers.values().flatten()),
-        &principals,
-        "a call only they may approve can only be rejected or expire",
-    );
     let scopes = server.scopes()?;
-    for (table, named) in [
-        (
-            "[server.skill_scopes]",
-            Vec::from_iter(scopes.skills.keys()),
-        ),
-        ("[server.tool_scopes]", Vec::from_iter(scopes.tools.keys())),
-    ] {
-        warn_of_unknown_key_names(
-            &format!("{table} names keys"),
-            named.into_iter(),
-            &principals,
-            "its scope limits nobody",
-        );
-    }
     // After every setting that needs no network: a mistake in them is
     // reported without waiting on an MCP server.
     let super::Started {
@@ -182,7 +148,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let forward_headers = server.forward_headers(with_keys)?;
     if let Some(dir) = runs_dir.as_ref().filter(|_| !forward_headers.is_empty()) {
         console::warn(&format!(
-            "[server] forward_headers is set: a run whose request carries one of them is not kept              in {} (forwarded headers are never written to disk), so a restart withdraws it",
+            "[server] forward_headers is set: a run whose request carries one of them is not kept \
+             in {} (forwarded headers are never written to disk), so a restart withdraws it",
             dir.display()
         ));
     }
@@ -217,6 +184,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             scopes,
         },
     );
+    warn_of_names_no_key_goes_by(&gateway);
     let (reloaded, given, keys_file) = (
         gateway.clone(),
         args.api_keys.clone(),
@@ -234,6 +202,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(config) = config {
             reload_scopes(&reloaded, config);
         }
+        warn_of_names_no_key_goes_by(&reloaded);
     })
     .context("listening for SIGHUP")?;
     // Held while serving: dropping it ends the watch.
@@ -241,7 +210,8 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         Some(file) if hot_reload => {
             let (gateway, given, path) = (gateway.clone(), args.api_keys.clone(), file.clone());
             Some(keys::watch(file.clone(), keys_file_bytes, move || {
-                keys::reload(&gateway, &given, &path)
+                keys::reload(&gateway, &given, &path);
+                warn_of_names_no_key_goes_by(&gateway);
             })?)
         }
         _ => None,
@@ -325,23 +295,49 @@ fn reload_scopes(gateway: &Gateway, file: &config::ConfigFile) {
     }
 }
 
-/// The names this gateway's keys go by.
-fn key_principals(api_keys: &[gateway::ApiKey], admin_key: bool) -> Vec<String> {
-    let mut principals: Vec<String> = api_keys
-        .iter()
-        .enumerate()
-        .map(|(index, key)| key.principal(index + 1))
-        .collect();
-    if admin_key {
-        principals.push(gateway::ADMIN_PRINCIPAL.to_owned());
+/// Warns of what the settings in force name that no key in force goes by
+/// (a misspelt name, or a key not yet in the keys file), and of a separate
+/// approver required on a gateway without keys: at the start, and again
+/// whenever the keys or those settings are read again.
+fn warn_of_names_no_key_goes_by(gateway: &Gateway) {
+    let principals = gateway.key_names();
+    let config = gateway.host().agent().config();
+    let policy = &config.confirmation;
+    if policy.separate_approver && principals.is_empty() {
+        console::warn(
+            "[confirmation] separate_approver is set but the gateway has no keys: no answer names \
+             an approver, so writes can only be rejected or expire (set SKILLHOST_API_KEYS or \
+             --api-keys-file)",
+        );
     }
-    principals
+    let approvers = policy.approvers.iter().flatten();
+    let approvers = approvers.chain(policy.tool_approvers.values().flatten());
+    warn_of_unknown_key_names(
+        "[confirmation] names approvers",
+        approvers,
+        &principals,
+        "a call only they may approve can only be rejected or expire",
+    );
+    let scopes = gateway.scopes();
+    for (table, named) in [
+        (
+            "[server.skill_scopes]",
+            Vec::from_iter(scopes.skills.keys()),
+        ),
+        ("[server.tool_scopes]", Vec::from_iter(scopes.tools.keys())),
+    ] {
+        warn_of_unknown_key_names(
+            &format!("{table} names keys"),
+            named.into_iter(),
+            &principals,
+            "its scope limits nobody",
+        );
+    }
 }
 
-/// Warns of the key names a setting of the config file gives (`names`:
-/// `[confirmation] names approvers`) that no key of this gateway goes by
-/// (a misspelt name, or a key not yet in the keys file), saying what that
-/// leaves (`meanwhile`).
+/// Warns of the key names a setting gives (`names`:
+/// `[confirmation] names approvers`) that no key of this gateway goes by,
+/// saying what that leaves (`meanwhile`).
 fn warn_of_unknown_key_names<'a>(
     names: &str,
     named: impl Iterator<Item = &'a String>,
