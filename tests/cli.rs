@@ -2330,6 +2330,52 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
     assert_eq!(refund_shown().await, reqwest::StatusCode::OK);
 }
 
+/// `skillhost mcp --only-skills` serves only the skills its patterns name: the
+/// others are not listed, and a call of one is refused as not one of the
+/// server's tools, naming those it has; a blank pattern stops the start.
+#[tokio::test]
+async fn mcp_serves_only_the_skills_its_patterns_name() {
+    let work = Workdir::new();
+    let (_child, mut peer) = McpPeer::start(work.host_command(
+        &["mcp", "--only-skills", "inquire*,order_change"],
+        &bundled(),
+    ));
+    let request = |id: u64, method: &str, params: Value| json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let listed = peer.exchange(request(1, "tools/list", json!({}))).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["inquireOrderStatus", "order_change"]);
+
+    let refund = json!({"name": "processRefund",
+                        "arguments": {"orderId": "88231", "reason": "broken"}});
+    let refused = peer.exchange(request(2, "tools/call", refund)).await;
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "`processRefund` is not one of this server's tools (its tools: inquireOrderStatus, \
+         order_change)"
+    );
+    assert_eq!(work.refunds_of_88231(), 0);
+    let inquiry = json!({"name": "inquireOrderStatus", "arguments": {"orderId": "88231"}});
+    let answered = peer.exchange(request(3, "tools/call", inquiry)).await;
+    assert_eq!(
+        answered["result"]["structuredContent"]["found"], true,
+        "{answered}"
+    );
+
+    let blank =
+        output(&mut work.host_command(&["mcp", "--only-skills", "inquire*,"], &bundled())).await;
+    let (_, stderr) = expect_code(&blank, 1);
+    assert!(
+        stderr.contains("--only-skills: a skill name is blank"),
+        "{stderr}"
+    );
+}
+
 /// The confirmation policy changed in the config file takes effect at
 /// SIGHUP, for the confirmations pending too: an approver taken off the list
 /// can no longer approve the write waiting, the one put on it can. A policy

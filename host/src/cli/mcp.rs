@@ -23,7 +23,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use skillhost::agent::{
-    AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, SkillOutput,
+    AgentError, AgentEvent, CallOutcome, Decision, PendingConfirmation, RunHandle, RunOptions,
+    SkillOutput,
 };
 use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, Asked, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
@@ -42,11 +43,23 @@ pub struct McpArgs {
     /// Do not watch the skills directory and the trust store.
     #[arg(long)]
     no_watch: bool,
+    /// Serve only the skills these patterns name, comma-separated (`*`
+    /// stands for any run of characters: `inquire*,processRefund`); the
+    /// others are neither listed nor run [default: every skill loaded].
+    #[arg(long, value_name = "PATTERNS", value_delimiter = ',')]
+    only_skills: Option<Vec<String>>,
     #[command(flatten)]
     pub(super) host: HostArgs,
 }
 
 pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
+    let blank = |pattern: &String| pattern.trim().is_empty();
+    if args.only_skills.iter().flatten().any(blank) {
+        anyhow::bail!(
+            "--only-skills: a skill name is blank (`*` stands for any run of characters: `order_*`)"
+        );
+    }
+    let scope = SkillScope::of(args.only_skills.clone());
     let file = args.host.config_file()?;
     let settings = super::HostSettings::read(&args.host, &file, file.agent_config(None))?;
     super::serve::report_trust(&settings.policy);
@@ -67,11 +80,12 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
         Ok(llm) => console::say(&format!("LLM: {}", llm.config().model)),
         Err(why) => console::say(&format!("no LLM: skills without steps fail ({why})")),
     }
-    console::say("serving the skills as MCP tools on standard input and output");
+    say_what_is_served(&host, &scope);
     let (out, writer) = spawn_writer();
     let server = Server {
         host,
         approve: args.yes,
+        scope,
         out,
         client: Arc::default(),
     };
@@ -80,6 +94,35 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
     drop(server);
     writer.await.context("writing standard output")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Says which skills are served; warns when `scope` lets none of those
+/// loaded through (a pattern misspelt): the client then sees no tool until
+/// one that fits loads.
+fn say_what_is_served(host: &SkillHost, scope: &SkillScope) {
+    let Some(patterns) = scope.patterns() else {
+        console::say("serving the skills as MCP tools on standard input and output");
+        return;
+    };
+    let snapshot = host.snapshot();
+    let served = snapshot
+        .skills()
+        .filter(|skill| scope.allows(skill.component.name().as_str()));
+    let served = served.count();
+    if served == 0 {
+        console::warn(&format!(
+            "--only-skills {} matches none of the {} skill(s) loaded: the client sees no tool until \
+             a skill that matches loads",
+            patterns.join(","),
+            snapshot.len()
+        ));
+    }
+    console::say(&format!(
+        "serving {served} of the {} skill(s) loaded (--only-skills {}) as MCP tools on standard input \
+         and output",
+        snapshot.len(),
+        patterns.join(",")
+    ));
 }
 
 /// The messages to write, one a line, in order.
@@ -107,6 +150,8 @@ fn spawn_writer() -> (Outbox, tokio::task::JoinHandle<()>) {
 struct Server {
     host: SkillHost,
     approve: bool,
+    /// The skills served (`--only-skills`).
+    scope: SkillScope,
     out: Outbox,
     client: Arc<Client>,
 }
@@ -173,7 +218,7 @@ impl Server {
                     }
                     self.send(mcp::answer_request(
                         &self.host,
-                        &SkillScope::all(),
+                        &self.scope,
                         &id,
                         method,
                         &params,
@@ -198,11 +243,11 @@ impl Server {
     async fn answer_call(&self, id: Value, params: Value) {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
         let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
-        let outcome = match self.host.invoke(name, arguments) {
+        let options = RunOptions::default().skills(self.scope.clone());
+        let outcome = match self.host.invoke_with(name, arguments, options) {
             Ok(run) => self.follow(run).await,
-            Err(AgentError::UnknownSkill(_)) => {
-                let message = self.host.snapshot().not_loaded(name);
-                return self.send_error(&id, INVALID_PARAMS, &message);
+            Err(AgentError::UnknownSkill(_) | AgentError::SkillNotPermitted { .. }) => {
+                return self.send_error(&id, INVALID_PARAMS, &self.not_served(name));
             }
             Err(error) => Err(error),
         };
@@ -211,6 +256,24 @@ impl Server {
             Err(error) => mcp::error_result(&error.to_string()),
         };
         self.send(mcp::answer(&id, result));
+    }
+
+    /// Why `name` is not one of the tools served: no skill of that name is
+    /// loaded, or `--only-skills` leaves it out. Only the skills served are
+    /// named.
+    fn not_served(&self, name: &str) -> String {
+        let snapshot = self.host.snapshot();
+        if self.scope.is_all() {
+            return snapshot.not_loaded(name);
+        }
+        let served = snapshot
+            .skills()
+            .map(|skill| skill.component.name().as_str());
+        let served: Vec<&str> = served.filter(|served| self.scope.allows(served)).collect();
+        format!(
+            "`{name}` is not one of this server's tools (its tools: {})",
+            served.join(", ")
+        )
     }
 
     /// Follows a run to its end, answering its confirmations.
