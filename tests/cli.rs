@@ -2376,6 +2376,61 @@ async fn mcp_serves_only_the_skills_its_patterns_name() {
     );
 }
 
+/// `[agent]` changed in the config file takes effect at SIGHUP: the next
+/// conversation gets the new system prompt, and the functions its
+/// `keep_public` keeps offered.
+#[tokio::test]
+async fn serve_reads_the_agent_settings_again_at_sighup() {
+    let work = Workdir::new();
+    let llm = ScriptedLlm::start(vec![Step::text("One."), Step::text("Two.")]).await;
+    let agent = |prompt: &str, public: &str| {
+        format!("[agent]\nsystem_prompt = \"{prompt}\"\nkeep_public = [{public}]\n")
+    };
+    let mut command = work.configured_command(
+        &agent("First prompt.", ""),
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    with_llm(&mut command, &llm);
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let chat = async || {
+        let response = reqwest::Client::new()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&json!({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), reqwest::StatusCode::OK);
+    };
+    chat().await;
+    std::fs::write(
+        work.path("skillhost.toml"),
+        agent("Second prompt.", "\"queryOrder\""),
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "[agent] and [confirmation] read again").await;
+    chat().await;
+
+    let requests = llm.requests();
+    let system = |index: usize| requests[index].body["messages"][0]["content"].clone();
+    assert_eq!(
+        (system(0), system(1)),
+        (json!("First prompt."), json!("Second prompt."))
+    );
+    let offered = |index: usize| {
+        requests[index]
+            .tool_names()
+            .contains(&"queryOrder".to_owned())
+    };
+    assert_eq!((offered(0), offered(1)), (false, true));
+}
+
 /// The confirmation policy changed in the config file takes effect at
 /// SIGHUP, for the confirmations pending too: an approver taken off the list
 /// can no longer approve the write waiting, the one put on it can. A policy
@@ -2421,13 +2476,13 @@ async fn serve_reads_the_confirmation_policy_again_at_sighup() {
     )
     .unwrap();
     send_signal(&serve, "-HUP").await;
-    let said = said_next(&mut stderr, "the policy in force stays").await;
+    let said = said_next(&mut stderr, "the agent's settings in force stay").await;
     assert!(said.contains("noSuchTool"), "{said}");
 
     // An approver no key goes by is warned of, as at the start.
     std::fs::write(work.path("skillhost.toml"), approvers("api-key-7")).unwrap();
     send_signal(&serve, "-HUP").await;
-    said_next(&mut stderr, "confirmation policy read again").await;
+    said_next(&mut stderr, "[agent] and [confirmation] read again").await;
     let said = said_next(&mut stderr, "no key of this gateway goes by").await;
     assert!(
         said.contains("api-key-7; its keys go by api-key-1, api-key-2"),
@@ -2438,7 +2493,7 @@ async fn serve_reads_the_confirmation_policy_again_at_sighup() {
     send_signal(&serve, "-HUP").await;
     said_next(
         &mut stderr,
-        "confirmation policy read again from skillhost.toml",
+        "[agent] and [confirmation] read again from skillhost.toml",
     )
     .await;
     let approve = json!({"decision": "approve"});

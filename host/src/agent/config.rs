@@ -15,7 +15,7 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a helpful assistant. Use the fu
     user's language.";
 
 /// Settings of an [`Agent`](super::Agent).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentConfig {
     /// The main agent's system prompt, first in every run; a
     /// conversation's leading system messages are added after it, never in

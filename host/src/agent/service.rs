@@ -6,7 +6,7 @@ use arc_swap::ArcSwap;
 use serde_json::Value;
 
 use super::catalog::Catalog;
-use super::config::{AgentConfig, ConfirmationPolicy, UnknownPolicyTool};
+use super::config::{AgentConfig, UnknownPolicyTool};
 use super::confirm::Confirmations;
 use super::events::{AgentEvent, Caller};
 use super::ids::RunId;
@@ -110,16 +110,23 @@ pub(super) struct AgentInner {
     /// The tools every call runs on ([`AgentBuilder::tools`]); `None`: those
     /// of the snapshot the run started on.
     tools: Option<Arc<ToolRegistry>>,
-    /// Replaced whole when the confirmation policy is
-    /// ([`Agent::replace_confirmation_policy`]); read through
-    /// [`AgentInner::config`].
+    /// Replaced whole ([`Agent::replace_config`]); read through
+    /// [`AgentInner::config`] where it is used.
     config: ArcSwap<AgentConfig>,
     pub(super) confirmations: Confirmations,
     pub(super) observer: Option<RunObserver>,
     /// Where direct skill runs are kept while their steps wait.
     kept_runs: Option<Arc<RunStore>>,
-    /// The catalog of the latest snapshot a run started on.
-    catalog: Mutex<Option<(Arc<SkillSnapshot>, Arc<Catalog>)>>,
+    /// The catalog of the latest snapshot a run started on, under the
+    /// settings it was built with.
+    catalog: Mutex<Option<CachedCatalog>>,
+}
+
+/// A catalog of every skill and tool, and what it was built from.
+struct CachedCatalog {
+    snapshot: Arc<SkillSnapshot>,
+    config: Arc<AgentConfig>,
+    catalog: Arc<Catalog>,
 }
 
 impl AgentInner {
@@ -144,26 +151,27 @@ impl AgentInner {
         tool_scope: &ToolScope,
     ) -> Arc<Catalog> {
         let tools = self.tools_of(snapshot);
+        let config = self.config();
         let catalog = || {
-            Catalog::new(
-                tools,
-                snapshot,
-                skill_scope,
-                tool_scope,
-                &self.config().disclosure,
-            )
+            let disclosure = &config.disclosure;
+            Catalog::new(tools, snapshot, skill_scope, tool_scope, disclosure)
         };
         if !skill_scope.is_all() || !tool_scope.is_all() {
             return Arc::new(catalog());
         }
         let mut cached = self.catalog.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((of, catalog)) = cached.as_ref()
-            && Arc::ptr_eq(of, snapshot)
+        if let Some(cached) = cached.as_ref()
+            && Arc::ptr_eq(&cached.snapshot, snapshot)
+            && Arc::ptr_eq(&cached.config, &config)
         {
-            return catalog.clone();
+            return cached.catalog.clone();
         }
         let catalog = Arc::new(catalog());
-        *cached = Some((snapshot.clone(), catalog.clone()));
+        *cached = Some(CachedCatalog {
+            snapshot: snapshot.clone(),
+            config: config.clone(),
+            catalog: catalog.clone(),
+        });
         catalog
     }
 }
@@ -250,12 +258,7 @@ impl AgentBuilder {
     /// is not registered.
     pub fn build(self) -> Result<Agent, UnknownPolicyTool> {
         let tools = self.tools.clone().unwrap_or_else(|| self.skills.tools());
-        self.config.confirmation.check(&tools)?;
-        for name in &self.config.disclosure.keep_public {
-            if !tools.contains(name) {
-                tracing::warn!(tool = %name, "keep_public names a tool that is not registered");
-            }
-        }
+        check(&self.config, &tools)?;
         Ok(Agent {
             inner: Arc::new(AgentInner {
                 llm: self.llm,
@@ -269,6 +272,19 @@ impl AgentBuilder {
             }),
         })
     }
+}
+
+/// Checks `config` against `tools`: an error when its confirmation policy
+/// names a tool that is not registered; a warning for each `keep_public`
+/// tool that is not.
+fn check(config: &AgentConfig, tools: &ToolRegistry) -> Result<(), UnknownPolicyTool> {
+    config.confirmation.check(tools)?;
+    for name in &config.disclosure.keep_public {
+        if !tools.contains(name) {
+            tracing::warn!(tool = %name, "keep_public names a tool that is not registered");
+        }
+    }
+    Ok(())
 }
 
 impl Agent {
@@ -293,26 +309,20 @@ impl Agent {
         self.inner.config()
     }
 
-    /// Puts `policy` in force from now on, for the runs under way too:
-    /// calls from now on wait for approval as it says, and who may approve
-    /// a confirmation still pending is what it says now
-    /// ([`Confirmations::hold_to`]). An error, changing nothing, when it
-    /// names a tool that is not registered.
-    pub fn replace_confirmation_policy(
-        &self,
-        policy: ConfirmationPolicy,
-    ) -> Result<(), UnknownPolicyTool> {
+    /// Puts `config` in force from now on, for the runs under way too in
+    /// what they read from now on: the functions a round offers, whether a
+    /// call waits for approval; and who may approve a confirmation still
+    /// pending is what its policy says now ([`Confirmations::hold_to`]).
+    /// An error, changing nothing, when the policy names a tool that is not
+    /// registered.
+    pub fn replace_config(&self, config: AgentConfig) -> Result<(), UnknownPolicyTool> {
         let tools = self
             .inner
             .tools
             .clone()
             .unwrap_or_else(|| self.inner.skills.tools());
-        policy.check(&tools)?;
-        // Only the policy is ever replaced, so no other setting is lost.
-        let config = Arc::new(AgentConfig {
-            confirmation: policy,
-            ..AgentConfig::clone(&self.inner.config())
-        });
+        check(&config, &tools)?;
+        let config = Arc::new(config);
         self.inner.config.store(config.clone());
         self.inner.confirmations.hold_to(&config.confirmation);
         Ok(())

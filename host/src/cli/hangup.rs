@@ -1,8 +1,8 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the config file (its HTTP tools,
-//! confirmation policy and key scopes take effect; any other setting
-//! changed is said to wait for a restart), the trust store (a key added, rotated or revoked), the tools
+//! agent settings, confirmation policy and key scopes take effect; any
+//! other setting changed is said to wait for a restart), the trust store (a key added, rotated or revoked), the tools
 //! of the MCP servers (one at a url may not be able to say that theirs
 //! changed), the skills directory (for changes hot reload did not report,
 //! or a host running without it), and then what the command reads besides
@@ -20,9 +20,9 @@ use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// The settings of the config file every long-running command reads again
-/// at a SIGHUP, by dotted key: its HTTP tools, its confirmation policy and
-/// its key scopes.
-const FOLLOWED: [&str; 3] = ["tools", "confirmation", "trust.scopes"];
+/// at a SIGHUP, by dotted key: its HTTP tools, the agent's settings and its
+/// confirmation policy, and its key scopes.
+const FOLLOWED: [&str; 4] = ["tools", "agent", "confirmation", "trust.scopes"];
 
 /// The config file of a long-running command, as a SIGHUP reads it again.
 pub(super) struct FollowedConfig {
@@ -32,23 +32,28 @@ pub(super) struct FollowedConfig {
     started: toml::Table,
     /// The HTTP tools in place, as declared.
     http_tools: Vec<HttpToolConfig>,
+    /// `--keep-public` (or its variable), over the file's.
+    keep_public: Option<Vec<String>>,
     /// The settings, by dotted key, the command also reads again at a
     /// SIGHUP, or never reads.
     also_followed: &'static [&'static str],
 }
 
 impl FollowedConfig {
-    /// The file at `path`, read at the start as `file`; the command also
-    /// follows, or never reads, the settings `also_followed` names.
+    /// The file at `path`, read at the start as `file`, under the
+    /// command's `keep_public`; the command also follows, or never reads,
+    /// the settings `also_followed` names.
     pub(super) fn new(
         path: PathBuf,
         file: &ConfigFile,
+        keep_public: Option<Vec<String>>,
         also_followed: &'static [&'static str],
     ) -> Self {
         Self {
             path,
             started: file.table().clone(),
             http_tools: file.tools.clone(),
+            keep_public,
             also_followed,
         }
     }
@@ -66,8 +71,8 @@ impl FollowedConfig {
             }
         };
         self.replace_http_tools(host, &file).await;
-        // After the tools: the policy may name a tool just added.
-        self.replace_confirmation_policy(host, &file);
+        // After the tools: the settings may name a tool just added.
+        self.replace_agent_config(host, &file);
         let followed = FOLLOWED.iter().chain(self.also_followed);
         let followed: Vec<&str> = followed.copied().collect();
         let waiting: Vec<String> = file
@@ -149,22 +154,22 @@ impl FollowedConfig {
         self.http_tools.clone_from(&file.tools);
     }
 
-    /// Puts `file`'s `[confirmation]` policy in force when it differs from
-    /// the one in force, and says so. A policy naming a tool that is not
-    /// registered leaves the one in force, saying why.
-    fn replace_confirmation_policy(&self, host: &SkillHost, file: &ConfigFile) {
-        let policy = file.confirmation_policy();
-        if host.agent().config().confirmation == policy {
+    /// Puts `file`'s `[agent]` and `[confirmation]` in force when they
+    /// differ from the settings in force, and says so. A policy naming a
+    /// tool that is not registered leaves the settings in force, saying why.
+    fn replace_agent_config(&self, host: &SkillHost, file: &ConfigFile) {
+        let config = file.agent_config(self.keep_public.clone());
+        if *host.agent().config() == config {
             return;
         }
-        match host.agent().replace_confirmation_policy(policy) {
+        match host.agent().replace_config(config) {
             Ok(()) => console::say(&format!(
-                "confirmation policy read again from {}: in force for the calls from now on and \
-                 for who may approve the confirmations pending",
+                "[agent] and [confirmation] read again from {}: in force for what runs do from \
+                 now on, and for who may approve the confirmations pending",
                 self.path.display()
             )),
             Err(error) => console::warn(&format!(
-                "[confirmation] in {}: {error}; the policy in force stays",
+                "[confirmation] in {}: {error}; the agent's settings in force stay",
                 self.path.display()
             )),
         }

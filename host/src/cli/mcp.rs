@@ -72,7 +72,7 @@ pub async fn mcp(args: &McpArgs) -> anyhow::Result<ExitCode> {
         .await?;
     // `[server]` is `serve`'s alone.
     let config =
-        (args.host.config.clone()).map(|path| FollowedConfig::new(path, &file, &["server"]));
+        (args.host.config.clone()).map(|path| FollowedConfig::new(path, &file, None, &["server"]));
     super::hangup::reload_on_hangup(host.clone(), trust, config, |_| {})
         .context("listening for SIGHUP")?;
     super::report_skills(&host, !args.no_watch, &file);

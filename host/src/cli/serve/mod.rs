@@ -37,7 +37,7 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     after_help = "Routes: POST /v1/chat/completions (OpenAI-compatible; needs an LLM), \
     POST /v1/confirmations/{id}, GET /v1/confirmations/{id}, GET /v1/runs/{id}, GET /v1/models, GET /v1/skills, \
     GET /v1/skills/{name}, POST /v1/skills/{name}/invoke, POST and GET /mcp (MCP); admin: GET /v1/events, GET /v1/confirmations, GET /v1/tools, GET /metrics; \
-    open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, confirmation policy, key scopes and API keys' scopes take \
+    open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, [agent], [confirmation], key scopes and API keys' scopes take \
     effect; it names any other setting changed, which waits for a restart), the trust store (unloading skills \
     no longer admitted), lists the MCP servers' tools again, rescans the skills directory and reads the API keys file again, without the restart that would \
     withdraw the runs waiting for an answer (unless --runs-dir keeps them).\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
@@ -190,11 +190,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         args.api_keys.clone(),
         args.api_keys_file.clone(),
     );
-    let config = args
-        .host
-        .config
-        .clone()
-        .map(|path| FollowedConfig::new(path, &file, &SCOPES_OF_API_KEYS));
+    let config = args.host.config.clone().map(|path| {
+        let keep_public = args.keep_public.clone();
+        FollowedConfig::new(path, &file, keep_public, &SCOPES_OF_API_KEYS)
+    });
     super::hangup::reload_on_hangup(gateway.host().clone(), trust, config, move |config| {
         if let Some(file) = &keys_file {
             keys::reload(&reloaded, &given, file);
