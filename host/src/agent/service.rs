@@ -312,7 +312,7 @@ impl Agent {
     /// Puts `config` in force from now on, for the runs under way too in
     /// what they read from now on: the functions a round offers, whether a
     /// call waits for approval; and who may approve a confirmation still
-    /// pending is what its policy says now ([`Confirmations::hold_to`]).
+    /// pending is what its policy says now.
     /// An error, changing nothing, when the policy names a tool that is not
     /// registered.
     pub fn replace_config(&self, config: AgentConfig) -> Result<(), UnknownPolicyTool> {
