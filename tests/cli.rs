@@ -2431,6 +2431,71 @@ async fn serve_reads_the_agent_settings_again_at_sighup() {
     assert_eq!((offered(0), offered(1)), (false, true));
 }
 
+/// `[llm]` changed in the config file takes effect at SIGHUP: the next
+/// conversation goes to the model it names, `/v1/models` names it; a URL
+/// that does not parse keeps the LLM in force; with no model, there is no
+/// LLM and chat answers 503.
+#[tokio::test]
+async fn serve_reads_its_llm_again_at_sighup() {
+    let work = Workdir::new();
+    let (first, second) = (
+        ScriptedLlm::start(vec![Step::text("One.")]).await,
+        ScriptedLlm::start(vec![Step::text("Two.")]).await,
+    );
+    let llm =
+        |model: &str, url: &str| format!("[llm]\nmodel = \"{model}\"\nbase_url = \"{url}\"\n");
+    let command = work.configured_command(
+        &llm("model-a", &first.base_url()),
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let chat = async || {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}]});
+        let response = http
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json::<Value>().await.unwrap())
+    };
+    let model = async || -> Value {
+        let response = http.get(format!("{base}/v1/models")).send().await.unwrap();
+        let models: Value = response.json().await.unwrap();
+        models["data"][0]["id"].clone()
+    };
+    assert_eq!(chat().await.0, reqwest::StatusCode::OK);
+    assert_eq!(model().await, "model-a");
+
+    let reconfigure = async |config: String| {
+        std::fs::write(work.path("skillhost.toml"), config).unwrap();
+        send_signal(&serve, "-HUP").await;
+    };
+    reconfigure(llm("model-b", "not a url")).await;
+    said_next(&mut stderr, "the LLM in force stays").await;
+    reconfigure(llm("model-b", &second.base_url())).await;
+    let said = said_next(&mut stderr, "[llm] read again from skillhost.toml").await;
+    assert!(said.contains("model-b at"), "{said}");
+    let (status, answered) = chat().await;
+    assert_eq!(status, reqwest::StatusCode::OK);
+    assert_eq!(answered["choices"][0]["message"]["content"], "Two.");
+    assert_eq!(model().await, "model-b");
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 1));
+    assert_eq!(second.requests()[0].body["model"], "model-b");
+
+    reconfigure(String::new()).await;
+    said_next(&mut stderr, "no LLM now").await;
+    assert_eq!(chat().await.0, reqwest::StatusCode::SERVICE_UNAVAILABLE);
+}
+
 /// The confirmation policy changed in the config file takes effect at
 /// SIGHUP, for the confirmations pending too: an approver taken off the list
 /// can no longer approve the write waiting, the one put on it can. A policy

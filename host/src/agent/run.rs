@@ -625,7 +625,7 @@ impl RunContext {
         caller: &Caller,
         request: ChatRequest,
     ) -> Result<ChatResponse, AgentError> {
-        let llm = self.agent.llm.as_ref().ok_or(AgentError::NotConfigured)?;
+        let llm = self.agent.llm().ok_or(AgentError::NotConfigured)?;
         let response = if self.stream {
             let (deltas, mut received) = mpsc::unbounded_channel();
             let request = request.with_stream(true).with_deltas(deltas);

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use serde_json::Value;
 
 use super::catalog::Catalog;
@@ -105,7 +105,9 @@ impl AgentError {
 
 /// What every run of an agent shares.
 pub(super) struct AgentInner {
-    pub(super) llm: Option<LlmClient>,
+    /// Replaced whole ([`Agent::replace_llm`]); read through
+    /// [`AgentInner::llm`] for each call to the model.
+    llm: ArcSwapOption<LlmClient>,
     pub(super) skills: Arc<SkillRegistry>,
     /// The tools every call runs on ([`AgentBuilder::tools`]); `None`: those
     /// of the snapshot the run started on.
@@ -133,6 +135,11 @@ impl AgentInner {
     /// The settings in force.
     pub(super) fn config(&self) -> Arc<AgentConfig> {
         self.config.load_full()
+    }
+
+    /// The LLM in force, if any.
+    pub(super) fn llm(&self) -> Option<Arc<LlmClient>> {
+        self.llm.load_full()
     }
 
     /// The tools a run over `snapshot` calls.
@@ -261,7 +268,7 @@ impl AgentBuilder {
         check(&self.config, &tools)?;
         Ok(Agent {
             inner: Arc::new(AgentInner {
-                llm: self.llm,
+                llm: ArcSwapOption::from_pointee(self.llm),
                 tools: self.tools,
                 skills: self.skills,
                 config: ArcSwap::from_pointee(self.config),
@@ -328,9 +335,15 @@ impl Agent {
         Ok(())
     }
 
+    /// Puts `llm` in force from now on (`None`: no LLM), for the runs
+    /// under way too: their next call to the model goes to it.
+    pub fn replace_llm(&self, llm: Option<LlmClient>) {
+        self.inner.llm.store(llm.map(Arc::new));
+    }
+
     /// Whether an LLM is configured.
     pub fn has_llm(&self) -> bool {
-        self.inner.llm.is_some()
+        self.inner.llm.load().is_some()
     }
 
     /// The pending confirmations of every run: answer them here.
@@ -397,7 +410,7 @@ impl Agent {
         messages: Vec<Message>,
         options: RunOptions,
     ) -> Result<RunHandle<RunOutput>, AgentError> {
-        if self.inner.llm.is_none() {
+        if !self.has_llm() {
             return Err(AgentError::NotConfigured);
         }
         if !messages

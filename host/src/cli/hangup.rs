@@ -1,7 +1,7 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the config file (its HTTP tools,
-//! agent settings, confirmation policy and key scopes take effect; any
+//! agent settings, confirmation policy, LLM and key scopes take effect; any
 //! other setting changed is said to wait for a restart), the trust store (a key added, rotated or revoked), the tools
 //! of the MCP servers (one at a url may not be able to say that theirs
 //! changed), the skills directory (for changes hot reload did not report,
@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 
+use skillhost::agent::llm::ConfigError;
 use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
 use skillhost::tools::ToolRegistry;
@@ -20,9 +21,9 @@ use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// The settings of the config file every long-running command reads again
-/// at a SIGHUP, by dotted key: its HTTP tools, the agent's settings and its
-/// confirmation policy, and its key scopes.
-const FOLLOWED: [&str; 4] = ["tools", "agent", "confirmation", "trust.scopes"];
+/// at a SIGHUP, by dotted key: its HTTP tools, the agent's settings, its
+/// confirmation policy and its LLM, and its key scopes.
+const FOLLOWED: [&str; 5] = ["tools", "agent", "confirmation", "llm", "trust.scopes"];
 
 /// The config file of a long-running command, as a SIGHUP reads it again.
 pub(super) struct FollowedConfig {
@@ -73,6 +74,7 @@ impl FollowedConfig {
         self.replace_http_tools(host, &file).await;
         // After the tools: the settings may name a tool just added.
         self.replace_agent_config(host, &file);
+        self.replace_llm(host, &file);
         let followed = FOLLOWED.iter().chain(self.also_followed);
         let followed: Vec<&str> = followed.copied().collect();
         let waiting: Vec<String> = file
@@ -170,6 +172,40 @@ impl FollowedConfig {
             )),
             Err(error) => console::warn(&format!(
                 "[confirmation] in {}: {error}; the agent's settings in force stay",
+                self.path.display()
+            )),
+        }
+    }
+
+    /// Sets the LLM up again from `file`'s `[llm]` (the environment still
+    /// over it) when that differs from the LLM in force, and says what is in
+    /// force now. Settings that are there but wrong leave the LLM in force,
+    /// saying why.
+    fn replace_llm(&self, host: &SkillHost, file: &ConfigFile) {
+        let in_force = host.llm().ok().map(|llm| llm.config().clone());
+        match (file.llm_config(), in_force) {
+            (Ok(now), Some(in_force)) if now == in_force => return,
+            (Err(ConfigError::NotConfigured { .. }), None) => return,
+            _ => {}
+        }
+        let lookup = file.llm_lookup(|name: &str| std::env::var(name).ok());
+        if let Err(error) = host.replace_llm_from_lookup(lookup) {
+            console::warn(&format!(
+                "[llm] in {}: {error}; the LLM in force stays",
+                self.path.display()
+            ));
+            return;
+        }
+        match host.llm() {
+            Ok(llm) => console::say(&format!(
+                "[llm] read again from {}: {} at {}, for the calls to the model from now on",
+                self.path.display(),
+                llm.config().model,
+                llm.config().base_url
+            )),
+            Err(why) => console::warn(&format!(
+                "[llm] read again from {}: no LLM now, so chat answers 503 and skills without \
+                 steps fail ({why})",
                 self.path.display()
             )),
         }

@@ -56,6 +56,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use arc_swap::ArcSwap;
 use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -129,6 +130,23 @@ enum LlmSetup {
     FromLookup(Lookup),
     Config(LlmConfig),
     Client(LlmClient),
+}
+
+impl LlmSetup {
+    /// The client it sets up, or why there is none; an error for settings
+    /// that are there but wrong (a URL that does not parse, say).
+    fn client(self) -> Result<Result<LlmClient, NoLlm>, LlmError> {
+        Ok(match self {
+            LlmSetup::None => Err(NoLlm(AgentError::NotConfigured.to_string())),
+            LlmSetup::FromLookup(lookup) => match LlmConfig::from_lookup(lookup) {
+                Ok(config) => Ok(LlmClient::new(config)?),
+                Err(error @ ConfigError::NotConfigured { .. }) => Err(NoLlm(error.to_string())),
+                Err(error) => return Err(error.into()),
+            },
+            LlmSetup::Config(config) => Ok(LlmClient::new(config)?),
+            LlmSetup::Client(client) => Ok(client),
+        })
+    }
 }
 
 /// Builds a [`SkillHost`]. Every setting has a documented default except
@@ -307,16 +325,7 @@ impl SkillHostBuilder {
         // Before any skill loads: a policy mistake starts nothing.
         self.agent.confirmation.check(&self.tools)?;
         let kept_runs = self.kept_runs.map(RunStore::open).transpose()?;
-        let llm = match self.llm {
-            LlmSetup::None => Err(NoLlm(AgentError::NotConfigured.to_string())),
-            LlmSetup::FromLookup(lookup) => match LlmConfig::from_lookup(lookup) {
-                Ok(config) => Ok(LlmClient::new(config)?),
-                Err(error @ ConfigError::NotConfigured { .. }) => Err(NoLlm(error.to_string())),
-                Err(error) => return Err(LlmError::from(error).into()),
-            },
-            LlmSetup::Config(config) => Ok(LlmClient::new(config)?),
-            LlmSetup::Client(client) => Ok(client),
-        };
+        let llm = self.llm.client()?;
         let runtime = Runtime::new(self.runtime).map_err(BuildError::Runtime)?;
         let tools = Arc::new(self.tools);
         let progress = self.load_progress.unwrap_or_else(|| Box::new(|_| {}));
@@ -377,7 +386,7 @@ impl SkillHostBuilder {
                 resumed: Mutex::new(resumed),
                 skills,
                 skills_dir: self.skills_dir,
-                llm,
+                llm: ArcSwap::from_pointee(llm),
                 observers,
                 mcp,
                 _watch: watch,
@@ -456,7 +465,9 @@ struct Inner {
     resumed: Mutex<Vec<ResumedRun>>,
     skills: Arc<SkillRegistry>,
     skills_dir: PathBuf,
-    llm: Result<LlmClient, NoLlm>,
+    /// The agent's LLM, or why there is none; replaced with the agent's
+    /// ([`SkillHost::replace_llm_from_lookup`]).
+    llm: ArcSwap<Result<LlmClient, NoLlm>>,
     observers: Arc<Observers>,
     mcp: Arc<McpServers>,
     _watch: Option<WatchHandle>,
@@ -729,9 +740,26 @@ impl SkillHost {
         &self.inner.agent
     }
 
-    /// The LLM client, or why there is none and how to configure one.
-    pub fn llm(&self) -> Result<&LlmClient, &NoLlm> {
-        self.inner.llm.as_ref()
+    /// The LLM client in force, or why there is none and how to configure
+    /// one.
+    pub fn llm(&self) -> Result<LlmClient, NoLlm> {
+        Result::clone(&self.inner.llm.load())
+    }
+
+    /// Sets the LLM up again from the variables `lookup` finds, as
+    /// [`SkillHostBuilder::llm_from_lookup`] does at the start, and puts it
+    /// in force: runs under way make their next call to the model with it,
+    /// and with no model configured there is no LLM from now on (chat
+    /// fails, skills without steps too). Settings that are there but wrong
+    /// are an error, and change nothing.
+    pub fn replace_llm_from_lookup(
+        &self,
+        lookup: impl Fn(&str) -> Option<String> + Send + 'static,
+    ) -> Result<(), LlmError> {
+        let llm = LlmSetup::FromLookup(Box::new(lookup)).client()?;
+        self.inner.agent.replace_llm(llm.clone().ok());
+        self.inner.llm.store(Arc::new(llm));
+        Ok(())
     }
 
     /// A summary for health checks: what is loaded, and whether what is
