@@ -3481,6 +3481,76 @@ async fn serve_reads_its_http_tools_again_at_sighup() {
     assert_eq!(loaded().await, Vec::<Value>::new());
 }
 
+/// SIGHUP reads the config file's MCP servers again: a server added is
+/// connected and the skill refused for lacking its tool loads; one that
+/// cannot be reached changes nothing; a server taken out takes its tools
+/// and the skill calling them along.
+#[tokio::test]
+async fn serve_reads_its_mcp_servers_again_at_sighup() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let report_desk = signed_skill_calling("reportDesk", "customerReport");
+    std::fs::write(skills.join("reportDesk.wasm"), report_desk).unwrap();
+    let crm = |url: &str| {
+        format!(
+            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
+             tools = [\"customerReport\"]\nread = [\"customerReport\"]\n"
+        )
+    };
+    let command = work.configured_command(
+        "",
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &skills,
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let loaded = async || -> Value {
+        let response = reqwest::get(format!("{base}/v1/skills")).await.unwrap();
+        let listed: Value = response.json().await.unwrap();
+        listed["data"].clone()
+    };
+    let report_server = async || -> Value {
+        let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
+        let tools: Value = response.json().await.unwrap();
+        let mut tools = tools["data"].as_array().unwrap().iter();
+        let found = tools.find(|tool| tool["name"] == "customerReport");
+        found.map_or(Value::Null, |tool| tool["server"].clone())
+    };
+    assert_eq!(loaded().await, json!([]));
+    let reconfigure = async |config: String| {
+        std::fs::write(work.path("skillhost.toml"), config).unwrap();
+        send_signal(&serve, "-HUP").await;
+    };
+
+    reconfigure(crm(&url)).await;
+    let said = said_next(&mut stderr, "MCP servers read again from skillhost.toml").await;
+    assert!(
+        said.contains("added crm; removed none; changed none; 1 skill file(s) changed"),
+        "{said}"
+    );
+    assert_eq!(report_server().await, "crm");
+    assert_eq!(loaded().await[0]["name"], "reportDesk");
+
+    let unreachable = "[[mcp_servers]]\nname = \"gone\"\nurl = \"http://127.0.0.1:9/mcp\"\n";
+    reconfigure(format!("{}\n{unreachable}", crm(&url))).await;
+    let said = said_next(&mut stderr, "the MCP servers in force stay").await;
+    assert!(said.contains("gone"), "{said}");
+    assert_eq!(report_server().await, "crm");
+
+    reconfigure(String::new()).await;
+    let said = said_next(&mut stderr, "MCP servers read again").await;
+    assert!(said.contains("removed crm;"), "{said}");
+    assert_eq!(report_server().await, Value::Null);
+    assert_eq!(loaded().await, json!([]));
+}
+
 /// A skills directory in `work` holding processRefund, signed with the demo
 /// key, and inquireOrderStatus signed by Alice's key alone, which a trust
 /// directory of its own holds.

@@ -674,14 +674,13 @@ async fn a_host_follows_the_tools_a_server_started_as_a_command_says_changed() {
     assert_eq!(listings, 4, "{received:?}");
 }
 
-/// A host following `server` (started), whose one skill, reportDesk,
+/// A host following the server at `url`, whose one skill, reportDesk,
 /// calls customerReport: the host, its skills directory, the skill's file.
-async fn report_desk_following(server: &McpServer) -> (SkillHost, tempfile::TempDir, PathBuf) {
-    let url = server.start().await;
+async fn report_desk_following(url: &str) -> (SkillHost, tempfile::TempDir, PathBuf) {
     let skills = skills_calling(&[("reportDesk", "customerReport")]);
     let report_desk = skills.path().join("reportDesk.wasm");
     let host = SkillHost::builder(skills.path(), demo_policy())
-        .mcp_server(declared(&url))
+        .mcp_server(declared(url))
         .hot_reload(false)
         .build()
         .await
@@ -693,7 +692,8 @@ async fn report_desk_following(server: &McpServer) -> (SkillHost, tempfile::Temp
 #[tokio::test]
 async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restarted() {
     let server = McpServer::default();
-    let (host, _skills, report_desk) = report_desk_following(&server).await;
+    let url = server.start().await;
+    let (host, _skills, report_desk) = report_desk_following(&url).await;
 
     // Deployed without customerReport: at the operator's word (SIGHUP in
     // `serve`), the host lists the tools again and the skill goes.
@@ -727,7 +727,8 @@ async fn a_server_reached_at_a_url_is_listed_again_when_asked_and_when_it_restar
 #[tokio::test]
 async fn a_host_follows_a_server_at_a_url_that_says_on_its_stream_that_its_tools_changed() {
     let server = McpServer::default().streaming();
-    let (host, _skills, report_desk) = report_desk_following(&server).await;
+    let url = server.start().await;
+    let (host, _skills, report_desk) = report_desk_following(&url).await;
     let mut reloads = host.skills().subscribe();
 
     server.offer("customerReport", false);
@@ -768,7 +769,8 @@ async fn a_host_follows_a_server_at_a_url_that_says_on_its_stream_that_its_tools
 #[tokio::test]
 async fn a_stream_opened_again_has_the_tools_listed_again() {
     let server = McpServer::default().streaming();
-    let (host, _skills, report_desk) = report_desk_following(&server).await;
+    let url = server.start().await;
+    let (host, _skills, report_desk) = report_desk_following(&url).await;
     let mut reloads = host.skills().subscribe();
     let open = async || {
         while server.listening().is_empty() {
@@ -787,4 +789,63 @@ async fn a_stream_opened_again_has_the_tools_listed_again() {
     tokio::time::timeout(Duration::from_secs(10), open())
         .await
         .unwrap();
+}
+
+/// The servers replaced on a running host: declared as before, a server
+/// stays as it is (no new session); taken out, its tools go and it is
+/// followed no more, so a relist or a change it tells brings nothing back;
+/// declared again, it is connected anew.
+#[tokio::test]
+async fn replaced_servers_keep_those_declared_as_before_and_follow_no_server_taken_out() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let (host, _skills, report_desk) = report_desk_following(&url).await;
+    let sessions = || {
+        let received = server.received();
+        let initialized = received.iter().filter(|got| got.method == "initialize");
+        initialized.count()
+    };
+    assert_eq!(sessions(), 1);
+
+    let same = host.replace_mcp_servers(&[declared(&url)]).await.unwrap();
+    assert!(same.tools.is_empty() && same.reloads.is_empty(), "{same:?}");
+    assert_eq!(
+        sessions(),
+        1,
+        "a server declared as before is not connected again"
+    );
+
+    let mut events = host.subscribe();
+    let emptied = host.replace_mcp_servers(&[]).await.unwrap();
+    assert_eq!(emptied.tools.server, None);
+    assert_eq!(
+        emptied.tools.removed,
+        ["customerReport", "lookupCustomer", "updateCustomer"]
+    );
+    let [unloaded] = emptied.reloads.as_slice() else {
+        panic!("one change: {emptied:?}");
+    };
+    assert_eq!(unloaded.path, report_desk);
+    assert!(host.mcp_tool_servers().is_empty());
+    let told = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(told, HostEvent::Tools(change) if change.removed.len() == 3));
+    assert!(host.relist_mcp_tools().await.is_empty());
+    assert!(!host.tools().contains("customerReport"));
+
+    let back = host.replace_mcp_servers(&[declared(&url)]).await.unwrap();
+    assert_eq!(back.tools.added.len(), 3);
+    assert_eq!(sessions(), 2);
+    assert!(host.snapshot().get("reportDesk").is_some());
+
+    let twice = host
+        .replace_mcp_servers(&[declared(&url), declared(&url)])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        twice.to_string(),
+        "two MCP servers are named `crm`; give each its own name"
+    );
 }

@@ -1,8 +1,9 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
-//! (or end an MCP client's session) — the config file (its HTTP tools,
-//! agent settings, confirmation policy, LLM and key scopes take effect; any
-//! other setting changed is said to wait for a restart), the trust store (a key added, rotated or revoked), the tools
+//! (or end an MCP client's session) — the config file (its HTTP tools, MCP
+//! servers, agent settings, confirmation policy, LLM and key scopes take
+//! effect; any other setting changed is said to wait for a restart), the
+//! trust store (a key added, rotated or revoked), the tools
 //! of the MCP servers (one at a url may not be able to say that theirs
 //! changed), the skills directory (for changes hot reload did not report,
 //! or a host running without it), and then what the command reads besides
@@ -15,15 +16,23 @@ use skillhost::embed::SkillHost;
 use skillhost::skills::ReloadOutcome;
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::http::HttpToolConfig;
+use skillhost::tools::mcp::McpServerConfig;
 
 use crate::cli::config::ConfigFile;
 use crate::cli::console;
 use crate::cli::trust::Trust;
 
 /// The settings of the config file every long-running command reads again
-/// at a SIGHUP, by dotted key: its HTTP tools, the agent's settings, its
-/// confirmation policy and its LLM, and its key scopes.
-const FOLLOWED: [&str; 5] = ["tools", "agent", "confirmation", "llm", "trust.scopes"];
+/// at a SIGHUP, by dotted key: its HTTP tools and MCP servers, the agent's
+/// settings, its confirmation policy and its LLM, and its key scopes.
+const FOLLOWED: [&str; 6] = [
+    "tools",
+    "mcp_servers",
+    "agent",
+    "confirmation",
+    "llm",
+    "trust.scopes",
+];
 
 /// The config file of a long-running command, as a SIGHUP reads it again.
 pub(super) struct FollowedConfig {
@@ -33,6 +42,8 @@ pub(super) struct FollowedConfig {
     started: toml::Table,
     /// The HTTP tools in place, as declared.
     http_tools: Vec<HttpToolConfig>,
+    /// The MCP servers in place, as declared.
+    mcp_servers: Vec<McpServerConfig>,
     /// `--keep-public` (or its variable), over the file's.
     keep_public: Option<Vec<String>>,
     /// The settings, by dotted key, the command also reads again at a
@@ -54,6 +65,7 @@ impl FollowedConfig {
             path,
             started: file.table().clone(),
             http_tools: file.tools.clone(),
+            mcp_servers: file.mcp_servers.clone(),
             keep_public,
             also_followed,
         }
@@ -72,6 +84,7 @@ impl FollowedConfig {
             }
         };
         self.replace_http_tools(host, &file).await;
+        self.replace_mcp_servers(host, &file).await;
         // After the tools: the settings may name a tool just added.
         self.replace_agent_config(host, &file);
         self.replace_llm(host, &file);
@@ -130,30 +143,40 @@ impl FollowedConfig {
                 return;
             }
         };
-        let (before, now) = (&self.http_tools, &file.tools);
-        let listed = |names: Vec<&str>| match names[..] {
-            [] => "none".to_owned(),
-            _ => names.join(", "),
-        };
-        let added = now
-            .iter()
-            .filter(|tool| declared(before, &tool.name).is_none());
-        let removed = before
-            .iter()
-            .filter(|tool| declared(now, &tool.name).is_none());
-        let changed = now
-            .iter()
-            .filter(|tool| declared(before, &tool.name).is_some_and(|was| was != *tool));
         console::say(&format!(
-            "HTTP tools read again from {}: added {}; removed {}; changed {}; {} skill file(s) \
-             changed with them",
+            "HTTP tools read again from {}: {}; {} skill file(s) changed with them",
             self.path.display(),
-            listed(added.map(|tool| tool.name.as_str()).collect()),
-            listed(removed.map(|tool| tool.name.as_str()).collect()),
-            listed(changed.map(|tool| tool.name.as_str()).collect()),
+            changes(&self.http_tools, &file.tools, |tool| &tool.name),
             reloads.len(),
         ));
         self.http_tools.clone_from(&file.tools);
+    }
+
+    /// Replaces the MCP servers with `file`'s, when they differ, and says
+    /// what changed. A server that cannot be connected, or a tool that
+    /// clashes with another tool's name, leaves the servers in force,
+    /// saying why.
+    async fn replace_mcp_servers(&mut self, host: &SkillHost, file: &ConfigFile) {
+        if file.mcp_servers == self.mcp_servers {
+            return;
+        }
+        match host.replace_mcp_servers(&file.mcp_servers).await {
+            Ok(replaced) => {
+                console::say(&format!(
+                    "MCP servers read again from {}: {}; {} skill file(s) changed with them",
+                    self.path.display(),
+                    changes(&self.mcp_servers, &file.mcp_servers, |server| {
+                        &server.name
+                    }),
+                    replaced.reloads.len(),
+                ));
+                self.mcp_servers.clone_from(&file.mcp_servers);
+            }
+            Err(error) => console::warn(&format!(
+                "[[mcp_servers]] in {}: {error}; the MCP servers in force stay",
+                self.path.display()
+            )),
+        }
     }
 
     /// Puts `file`'s `[agent]` and `[confirmation]` in force when they
@@ -212,9 +235,30 @@ impl FollowedConfig {
     }
 }
 
-/// The tool called `name` among `tools`.
-fn declared<'a>(tools: &'a [HttpToolConfig], name: &str) -> Option<&'a HttpToolConfig> {
-    tools.iter().find(|tool| tool.name == name)
+/// What changed from `before` to `now`, declarations named by `name`:
+/// `added a, b; removed none; changed c`.
+fn changes<T: PartialEq>(before: &[T], now: &[T], name: impl Fn(&T) -> &String) -> String {
+    let named = |among: &[T], item: &T| among.iter().any(|other| name(other) == name(item));
+    let listed = |items: Vec<&T>| match items[..] {
+        [] => "none".to_owned(),
+        _ => items
+            .iter()
+            .map(|item| name(item).as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    let added = now.iter().filter(|item| !named(before, item)).collect();
+    let removed = before.iter().filter(|item| !named(now, item)).collect();
+    let changed = now
+        .iter()
+        .filter(|item| named(before, item) && !before.contains(item))
+        .collect();
+    format!(
+        "added {}; removed {}; changed {}",
+        listed(added),
+        listed(removed),
+        listed(changed)
+    )
 }
 
 /// Listens for SIGHUP from now on; each one reads the config file again

@@ -3,15 +3,21 @@
 //! so, or it restarted — or [`SkillHost::relist_mcp_tools`](super::SkillHost::relist_mcp_tools)
 //! asks, its tools are listed again and the difference put in place
 //! ([`SkillRegistry::update_tools`]): skills that name a new tool load,
-//! skills whose tool went are unloaded, runs under way keep theirs.
+//! skills whose tool went are unloaded, runs under way keep theirs. The
+//! servers themselves can be replaced
+//! ([`SkillHost::replace_mcp_servers`](super::SkillHost::replace_mcp_servers)):
+//! a server added is connected and its tools put in place, a server taken
+//! out is followed no more and its tools go.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use super::events::{Observers, ToolsChange};
+use super::{AbortOnDrop, ReplaceServersError};
 use crate::skills::{ReloadEvent, SkillRegistry};
-use crate::tools::mcp::McpConnection;
+use crate::tools::mcp::{McpConnection, McpServerConfig};
 use crate::tools::{RegisterError, Tool, ToolRegistry};
 
 /// The shortest time between two relists of one server that follow its
@@ -22,89 +28,217 @@ const RELIST_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The servers of one host.
 pub(super) struct McpServers {
+    shared: Arc<Shared>,
+    /// The servers now, in the order configured, each with the task that
+    /// follows it (aborted when the server is taken out, or with the host).
+    servers: Mutex<Vec<Followed>>,
+}
+
+/// What relisting a server needs, shared with the tasks that follow them.
+struct Shared {
     skills: Arc<SkillRegistry>,
     /// Told of each change.
     observers: Arc<Observers>,
-    servers: Vec<McpConnection>,
-    /// Held while a server is relisted, so that what the servers list is put
-    /// in place in the order it was listed.
+    /// Held while a server is relisted, and while the servers are replaced:
+    /// what the servers list is put in place in the order it was listed,
+    /// and a server taken out is relisted no more.
     relisting: tokio::sync::Mutex<()>,
-    /// The names of the tools taken from each server now, by index.
-    taken: Mutex<Vec<Vec<String>>>,
+}
+
+/// One server, connected.
+struct Server {
+    connection: McpConnection,
+    /// The names of the tools taken from it now.
+    taken: Mutex<Vec<String>>,
+    /// Set, under the relisting lock, when the server is taken out.
+    retired: AtomicBool,
+}
+
+/// A server and the task that follows its changes.
+struct Followed {
+    server: Arc<Server>,
+    _following: AbortOnDrop,
 }
 
 impl McpServers {
     /// The servers `connected`, with the tools taken from each at start
-    /// (registered in `skills`' tools).
+    /// (registered in `skills`' tools), each followed from now on. Call
+    /// inside a Tokio runtime.
     pub(super) fn new(
         skills: Arc<SkillRegistry>,
         observers: Arc<Observers>,
         connected: Vec<(McpConnection, Vec<Arc<dyn Tool>>)>,
     ) -> Self {
-        let (servers, taken) = connected
-            .into_iter()
-            .map(|(connection, tools)| (connection, names(&tools)))
-            .unzip();
-        Self {
+        let shared = Arc::new(Shared {
             skills,
             observers,
-            servers,
             relisting: tokio::sync::Mutex::new(()),
-            taken: Mutex::new(taken),
+        });
+        let servers = connected
+            .into_iter()
+            .map(|(connection, tools)| shared.follow(connection, &tools))
+            .collect();
+        Self {
+            shared,
+            servers: Mutex::new(servers),
         }
+    }
+
+    fn servers(&self) -> MutexGuard<'_, Vec<Followed>> {
+        self.servers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The servers now.
+    fn current(&self) -> Vec<Arc<Server>> {
+        let servers = self.servers();
+        servers
+            .iter()
+            .map(|followed| followed.server.clone())
+            .collect()
     }
 
     /// The server each tool taken from one comes from, by tool name.
     pub(super) fn servers_of_tools(&self) -> BTreeMap<String, String> {
-        let taken = self.taken();
-        let servers = self.servers.iter().zip(taken.iter());
-        servers
-            .flat_map(|(server, names)| {
-                let server = server.server();
-                names.iter().map(|name| (name.clone(), server.to_owned()))
+        self.current()
+            .iter()
+            .flat_map(|server| {
+                let name = server.connection.server().to_owned();
+                let taken = server.taken().clone();
+                taken.into_iter().map(move |tool| (tool, name.clone()))
             })
             .collect()
-    }
-
-    fn taken(&self) -> MutexGuard<'_, Vec<Vec<String>>> {
-        self.taken.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// How many servers there are.
-    pub(super) fn len(&self) -> usize {
-        self.servers.len()
-    }
-
-    /// Relists server `index` each time its tools may have changed, at
-    /// most once per [`RELIST_INTERVAL`], for ever: run it as a task,
-    /// aborted with the host. A change told meanwhile waits its turn.
-    pub(super) async fn follow(self: Arc<Self>, index: usize) {
-        loop {
-            self.servers[index].changed().await;
-            self.relist(index).await;
-            tokio::time::sleep(RELIST_INTERVAL).await;
-        }
     }
 
     /// Lists every server's tools again, one after another, and puts the
     /// changes in place; what that did to the skills.
     pub(super) async fn relist_all(&self) -> Vec<ReloadEvent> {
         let mut events = Vec::new();
-        for index in 0..self.servers.len() {
-            events.extend(self.relist(index).await);
+        for server in self.current() {
+            events.extend(self.shared.relist(&server).await);
         }
         events
     }
 
-    /// Lists server `index`'s tools again and, when they differ from those
-    /// taken before, replaces them in the host's tools. A server that cannot be
-    /// listed, or that now lists a tool another tool's name has, keeps the
-    /// tools taken before; the log says why.
-    async fn relist(&self, index: usize) -> Vec<ReloadEvent> {
+    /// Replaces the servers with those `configs` declare, connecting the
+    /// ones not connected already (a server whose declaration changed is
+    /// connected anew), `${VAR}`s read through `env`: the tools of the
+    /// servers taken out go, those of the servers added come, in one
+    /// change of the tools, told to the observers when a tool's spec
+    /// changed. A server that cannot be connected, or a tool taking another
+    /// tool's name, changes nothing.
+    pub(super) async fn replace(
+        &self,
+        configs: &[McpServerConfig],
+        env: impl Fn(&str) -> Option<String> + Copy,
+    ) -> Result<(ToolsChange, Vec<ReloadEvent>), ReplaceServersError> {
+        let mut names: Vec<&str> = configs.iter().map(|config| config.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(ReplaceServersError::NameTwice(twice[0].to_owned()));
+        }
+        let before = self.current();
+        let connected = |config: &McpServerConfig| {
+            let mut servers = before.iter();
+            servers
+                .find(|server| server.connection.config() == config)
+                .cloned()
+        };
+        let new: Vec<McpServerConfig> = configs
+            .iter()
+            .filter(|config| connected(config).is_none())
+            .cloned()
+            .collect();
+        let mut opened = McpConnection::open_all(&new, env).await?.into_iter();
+        let _relisting = self.shared.relisting.lock().await;
+        let leaving: Vec<&Arc<Server>> = before
+            .iter()
+            .filter(|server| !configs.contains(server.connection.config()))
+            .collect();
+        let mut told = None;
+        let updated = self.shared.skills.update_tools(|current| {
+            let mut next = ToolRegistry::clone(current);
+            for server in &leaving {
+                for taken in server.taken().iter() {
+                    next.remove(taken);
+                }
+            }
+            for tool in opened.as_slice().iter().flat_map(|(_, tools)| tools) {
+                next.register(tool.clone())?;
+            }
+            let change = ToolsChange::between(None, current, &next);
+            if !change.is_empty() {
+                self.shared.observers.tools(&change);
+            }
+            told = Some(change);
+            Ok::<_, RegisterError>(Some(next))
+        });
+        let reloads = updated.await?;
+        for server in &leaving {
+            server.retired.store(true, Ordering::Relaxed);
+        }
+        let mut servers = self.servers();
+        let mut kept: Vec<Followed> = std::mem::take(&mut *servers);
+        for config in configs {
+            let followed = match kept
+                .iter()
+                .position(|followed| followed.server.connection.config() == config)
+            {
+                Some(index) => kept.swap_remove(index),
+                None => {
+                    let (connection, tools) = opened.next().expect("one opened per new server");
+                    self.shared.follow(connection, &tools)
+                }
+            };
+            servers.push(followed);
+        }
+        // What is left of `kept` is the servers taken out: dropping them
+        // ends their following.
+        drop(kept);
+        let told = told.expect("the change ran: it returned tools");
+        Ok((told, reloads))
+    }
+}
+
+impl Shared {
+    /// `connection` with the tools taken from it, followed by a task from
+    /// now on.
+    fn follow(self: &Arc<Self>, connection: McpConnection, tools: &[Arc<dyn Tool>]) -> Followed {
+        let server = Arc::new(Server {
+            connection,
+            taken: Mutex::new(names(tools)),
+            retired: AtomicBool::new(false),
+        });
+        let following = tokio::spawn(self.clone().keep_following(server.clone()));
+        Followed {
+            server,
+            _following: AbortOnDrop(following),
+        }
+    }
+
+    /// Relists `server` each time its tools may have changed, at most once
+    /// per [`RELIST_INTERVAL`], for ever: run it as a task, aborted when the
+    /// server is taken out or with the host. A change told meanwhile waits
+    /// its turn.
+    async fn keep_following(self: Arc<Self>, server: Arc<Server>) {
+        loop {
+            server.connection.changed().await;
+            self.relist(&server).await;
+            tokio::time::sleep(RELIST_INTERVAL).await;
+        }
+    }
+
+    /// Lists `server`'s tools again and, when they differ from those taken
+    /// before, replaces them in the host's tools. A server taken out is not
+    /// relisted; one that cannot be listed, or that now lists a tool
+    /// another tool's name has, keeps the tools taken before; the log says
+    /// why.
+    async fn relist(&self, server: &Server) -> Vec<ReloadEvent> {
         let _relisting = self.relisting.lock().await;
-        let server = &self.servers[index];
-        let name = server.server();
-        let tools = match server.relist().await {
+        if server.retired.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let name = server.connection.server();
+        let tools = match server.connection.relist().await {
             Ok(tools) => tools,
             Err(error) => {
                 tracing::warn!("{error}; the tools taken from it stay as they were");
@@ -114,7 +248,7 @@ impl McpServers {
         let now = names(&tools);
         let updated = self.skills.update_tools(|current| {
             let mut next = ToolRegistry::clone(current);
-            for taken in &self.taken()[index] {
+            for taken in server.taken().iter() {
                 next.remove(taken);
             }
             for tool in tools {
@@ -126,7 +260,7 @@ impl McpServers {
                 return Ok(None);
             }
             self.observers.tools(&change);
-            self.taken()[index] = now;
+            *server.taken() = now;
             Ok(Some(next))
         });
         updated.await.unwrap_or_else(|error: RegisterError| {
@@ -136,6 +270,12 @@ impl McpServers {
             );
             Vec::new()
         })
+    }
+}
+
+impl Server {
+    fn taken(&self) -> MutexGuard<'_, Vec<String>> {
+        self.taken.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

@@ -354,14 +354,7 @@ impl SkillHostBuilder {
             skills.clone(),
             observers.clone(),
         )));
-        let mcp = Arc::new(McpServers::new(
-            skills.clone(),
-            observers.clone(),
-            connected,
-        ));
-        let following = (0..mcp.len())
-            .map(|index| AbortOnDrop(tokio::spawn(mcp.clone().follow(index))))
-            .collect();
+        let mcp = McpServers::new(skills.clone(), observers.clone(), connected);
         let watch = if self.hot_reload {
             Some(crate::skills::watch(skills.clone(), &self.skills_dir)?)
         } else {
@@ -391,7 +384,6 @@ impl SkillHostBuilder {
                 mcp,
                 _watch: watch,
                 _reloads: reloads,
-                _following: following,
             }),
         })
     }
@@ -432,6 +424,21 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Why [`SkillHost::replace_mcp_servers`] changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplaceServersError {
+    /// Two servers declared go by one name.
+    #[error("two MCP servers are named `{0}`; give each its own name")]
+    NameTwice(String),
+    /// A server added could not be connected, or its tools not taken.
+    #[error(transparent)]
+    Connect(#[from] McpError),
+    /// A tool of a server added has the name of another tool.
+    #[error(transparent)]
+    Tools(#[from] RegisterError),
+}
+
 /// What [`SkillHost::replace_signature_policy`] did.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -469,11 +476,10 @@ struct Inner {
     /// ([`SkillHost::replace_llm_from_lookup`]).
     llm: ArcSwap<Result<LlmClient, NoLlm>>,
     observers: Arc<Observers>,
-    mcp: Arc<McpServers>,
+    /// With a task per server, relisting its tools as they change.
+    mcp: McpServers,
     _watch: Option<WatchHandle>,
     _reloads: AbortOnDrop,
-    /// A task per MCP server, relisting its tools as they change.
-    _following: Vec<AbortOnDrop>,
 }
 
 impl SkillHost {
@@ -715,6 +721,27 @@ impl SkillHost {
             tools: told.expect("the change ran: it returned tools"),
             reloads,
         })
+    }
+
+    /// Replaces the MCP servers the host takes tools from with those
+    /// `servers` declare, without a restart: a server added is connected
+    /// (started, for a `command`) and its tools put in place, a server
+    /// taken out is followed no more and its tools go (its process ends
+    /// once the runs under way that hold its tools are done), a server
+    /// whose declaration changed is connected anew; the servers declared
+    /// as before stay as they are. What it does to the tools is one change,
+    /// as [`SkillHost::update_tools`] makes: subscribers get the
+    /// [`ToolsChange`] when a tool's spec changed, then what it did to the
+    /// skills as reload events. A server that cannot be connected, two
+    /// servers of one name, or a tool taking another's name change nothing.
+    /// `${VAR}`s are read from the environment.
+    pub async fn replace_mcp_servers(
+        &self,
+        servers: &[McpServerConfig],
+    ) -> Result<ToolsReplaced, ReplaceServersError> {
+        let env = |name: &str| std::env::var(name).ok();
+        let (tools, reloads) = self.inner.mcp.replace(servers, env).await?;
+        Ok(ToolsReplaced { tools, reloads })
     }
 
     /// The MCP server each tool taken from one comes from, by tool name

@@ -106,7 +106,7 @@ pub const INVALID_PARAMS: i64 = -32602;
 
 /// One MCP server as declared in configuration: reached at `url`, or
 /// started as `command` and spoken to on its standard input and output.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerConfig {
     /// What errors and logs call the server.
@@ -239,6 +239,11 @@ impl McpConnection {
     /// The server's name, as configured.
     pub fn server(&self) -> &str {
         &self.config.name
+    }
+
+    /// The server as declared.
+    pub fn config(&self) -> &McpServerConfig {
+        &self.config
     }
 
     /// Waits until the server's tools may have changed since they were
