@@ -3,11 +3,11 @@
 //! (or end an MCP client's session) — the config file (its HTTP tools, MCP
 //! servers, agent settings, confirmation policy, LLM and key scopes take
 //! effect; any other setting changed is said to wait for a restart), the
-//! trust store (a key added, rotated or revoked), the tools
-//! of the MCP servers (one at a url may not be able to say that theirs
-//! changed), the skills directory (for changes hot reload did not report,
-//! or a host running without it), and then what the command reads besides
-//! (serve: its API keys file and the config file's API key scopes).
+//! trust store (a key added, rotated or revoked), the tools of the MCP
+//! servers (one at a url may not be able to say that theirs changed), the
+//! skills directory (for changes hot reload did not report, or a host
+//! running without it), and then what the command reads besides (serve:
+//! its API keys file and the config file's API key scopes).
 
 use std::path::PathBuf;
 
@@ -71,10 +71,11 @@ impl FollowedConfig {
         }
     }
 
-    /// Reads the file again: its HTTP tools take the place of those in
-    /// `host`, and each other setting changed since the start that the
-    /// command does not follow is said to wait for a restart. A file that
-    /// does not read or check changes nothing (`None`), saying why.
+    /// Reads the file again and puts in force in `host` what it follows
+    /// (see [`FOLLOWED`]), each part on its own: a part that does not check
+    /// keeps what is in force, saying why. Every other setting changed
+    /// since the start is said to wait for a restart. A file that does not
+    /// read or parse changes nothing (`None`), saying why.
     async fn read_again(&mut self, host: &SkillHost) -> Option<ConfigFile> {
         let file = match ConfigFile::load(&self.path) {
             Ok(file) => file,
