@@ -32,6 +32,9 @@ pub(super) struct McpServers {
     /// The servers now, in the order configured, each with the task that
     /// follows it (aborted when the server is taken out, or with the host).
     servers: Mutex<Vec<Followed>>,
+    /// Held through [`McpServers::replace`], so that each replacement starts
+    /// from the servers the one before left.
+    replacing: tokio::sync::Mutex<()>,
 }
 
 /// What relisting a server needs, shared with the tasks that follow them.
@@ -81,6 +84,7 @@ impl McpServers {
         Self {
             shared,
             servers: Mutex::new(servers),
+            replacing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -136,6 +140,7 @@ impl McpServers {
         if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
             return Err(ReplaceServersError::NameTwice(twice[0].to_owned()));
         }
+        let _replacing = self.replacing.lock().await;
         let before = self.current();
         let connected = |config: &McpServerConfig| {
             let mut servers = before.iter();
