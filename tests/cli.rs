@@ -3479,6 +3479,20 @@ async fn serve_reads_its_http_tools_again_at_sighup() {
     assert!(said.contains("removed whoAmI;"), "{said}");
     assert_eq!(who_am_i().await, Value::Null);
     assert_eq!(loaded().await, Vec::<Value>::new());
+
+    // Each reading that changed something is counted, so that an alert can
+    // catch the ones that kept the old tools.
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    for line in [
+        "skillhost_config_reloads_total{part=\"http_tools\",outcome=\"applied\"} 3",
+        "skillhost_config_reloads_total{part=\"http_tools\",outcome=\"kept\"} 2",
+    ] {
+        assert!(
+            metrics.lines().any(|shown| shown == line),
+            "no `{line}` in:\n{metrics}"
+        );
+    }
 }
 
 /// SIGHUP reads the config file's MCP servers again: a server added is

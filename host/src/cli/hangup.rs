@@ -80,7 +80,8 @@ impl FollowedConfig {
         let file = match ConfigFile::load(&self.path) {
             Ok(file) => file,
             Err(error) => {
-                console::warn(&format!("{error:#}; the settings in force stay"));
+                let why = format!("{error:#}; the settings in force stay");
+                reloaded(host, "config_file", Err(why));
                 return None;
             }
         };
@@ -122,8 +123,8 @@ impl FollowedConfig {
         let tools = match file.http_tools() {
             Ok(tools) => tools,
             Err(error) => {
-                console::warn(&format!("{error:#}; the HTTP tools in force stay"));
-                return;
+                let why = format!("{error:#}; the HTTP tools in force stay");
+                return reloaded(host, "http_tools", Err(why));
             }
         };
         let replaced = host.update_tools(|current| {
@@ -137,19 +138,20 @@ impl FollowedConfig {
         let reloads = match replaced.await {
             Ok(replaced) => replaced.reloads,
             Err(error) => {
-                console::warn(&format!(
+                let why = format!(
                     "[[tools]] in {}: {error}; the HTTP tools in force stay",
                     self.path.display()
-                ));
-                return;
+                );
+                return reloaded(host, "http_tools", Err(why));
             }
         };
-        console::say(&format!(
+        let said = format!(
             "HTTP tools read again from {}: {}; {} skill file(s) changed with them",
             self.path.display(),
             changes(&self.http_tools, &file.tools, |tool| &tool.name),
             reloads.len(),
-        ));
+        );
+        reloaded(host, "http_tools", Ok(said));
         self.http_tools.clone_from(&file.tools);
     }
 
@@ -161,23 +163,25 @@ impl FollowedConfig {
         if file.mcp_servers == self.mcp_servers {
             return;
         }
-        match host.replace_mcp_servers(&file.mcp_servers).await {
+        let said = match host.replace_mcp_servers(&file.mcp_servers).await {
             Ok(replaced) => {
-                console::say(&format!(
+                let said = format!(
                     "MCP servers read again from {}: {}; {} skill file(s) changed with them",
                     self.path.display(),
                     changes(&self.mcp_servers, &file.mcp_servers, |server| {
                         &server.name
                     }),
                     replaced.reloads.len(),
-                ));
+                );
                 self.mcp_servers.clone_from(&file.mcp_servers);
+                Ok(said)
             }
-            Err(error) => console::warn(&format!(
+            Err(error) => Err(format!(
                 "[[mcp_servers]] in {}: {error}; the MCP servers in force stay",
                 self.path.display()
             )),
-        }
+        };
+        reloaded(host, "mcp_servers", said);
     }
 
     /// Puts `file`'s `[agent]` and `[confirmation]` in force when they
@@ -188,17 +192,18 @@ impl FollowedConfig {
         if *host.agent().config() == config {
             return;
         }
-        match host.agent().replace_config(config) {
-            Ok(()) => console::say(&format!(
+        let said = match host.agent().replace_config(config) {
+            Ok(()) => Ok(format!(
                 "[agent] and [confirmation] read again from {}: in force for what runs do from \
                  now on, and for who may approve the confirmations pending",
                 self.path.display()
             )),
-            Err(error) => console::warn(&format!(
+            Err(error) => Err(format!(
                 "[confirmation] in {}: {error}; the agent's settings in force stay",
                 self.path.display()
             )),
-        }
+        };
+        reloaded(host, "agent", said);
     }
 
     /// Sets the LLM up again from `file`'s `[llm]` (the environment still
@@ -214,25 +219,43 @@ impl FollowedConfig {
         }
         let lookup = file.llm_lookup(|name: &str| std::env::var(name).ok());
         if let Err(error) = host.replace_llm_from_lookup(lookup) {
-            console::warn(&format!(
+            let why = format!(
                 "[llm] in {}: {error}; the LLM in force stays",
                 self.path.display()
-            ));
-            return;
+            );
+            return reloaded(host, "llm", Err(why));
         }
         match host.llm() {
-            Ok(llm) => console::say(&format!(
-                "[llm] read again from {}: {} at {}, for the calls to the model from now on",
-                self.path.display(),
-                llm.config().model,
-                llm.config().base_url
-            )),
-            Err(why) => console::warn(&format!(
-                "[llm] read again from {}: no LLM now, so chat answers 503 and skills without \
-                 steps fail ({why})",
-                self.path.display()
-            )),
+            Ok(llm) => {
+                let said = format!(
+                    "[llm] read again from {}: {} at {}, for the calls to the model from now on",
+                    self.path.display(),
+                    llm.config().model,
+                    llm.config().base_url
+                );
+                reloaded(host, "llm", Ok(said));
+            }
+            Err(why) => {
+                // In force, though it takes chat away: said as a warning.
+                host.metrics().record_config_reload("llm", true);
+                console::warn(&format!(
+                    "[llm] read again from {}: no LLM now, so chat answers 503 and skills \
+                     without steps fail ({why})",
+                    self.path.display()
+                ));
+            }
         }
+    }
+}
+
+/// Says that `part` of the settings read again is in force now
+/// (`Ok(message)`), or warns why what was in force stays (`Err(message)`),
+/// and counts it in the host's metrics (`skillhost_config_reloads_total`).
+pub(super) fn reloaded(host: &SkillHost, part: &'static str, said: Result<String, String>) {
+    host.metrics().record_config_reload(part, said.is_ok());
+    match said {
+        Ok(message) => console::say(&message),
+        Err(message) => console::warn(&message),
     }
 }
 

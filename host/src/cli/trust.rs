@@ -16,6 +16,7 @@ use skillhost::skills::signature::{KeyError, SignaturePolicy, TrustStore};
 use super::config::ConfigFile;
 use super::console;
 use super::follow::{self, Following};
+use super::hangup::reloaded;
 use super::serve::report_trust;
 use super::sign::{KeyScopes, TrustArgs};
 
@@ -56,15 +57,19 @@ impl Trust {
                 Ok(scopes) => {
                     let mut held = self.scopes();
                     if *held != scopes {
-                        console::say(&format!(
+                        let said = format!(
                             "key scopes read again from {}: {} key(s) scoped",
                             file.path().display(),
                             scopes.len()
-                        ));
+                        );
                         *held = scopes;
+                        reloaded(&self.host, "key_scopes", Ok(said));
                     }
                 }
-                Err(error) => console::warn(&format!("{error:#}; the key scopes in force stay")),
+                Err(error) => {
+                    let why = format!("{error:#}; the key scopes in force stay");
+                    reloaded(&self.host, "key_scopes", Err(why));
+                }
             }
         }
         self.reload().await;
@@ -101,8 +106,8 @@ impl Trust {
                     TrustStore::trusting_nothing()
                 }
                 _ => {
-                    console::warn(&format!("{error:#}; the keys trusted stay"));
-                    return;
+                    let why = format!("{error:#}; the keys trusted stay");
+                    return reloaded(&self.host, "trust_store", Err(why));
                 }
             },
         };
@@ -116,7 +121,7 @@ impl Trust {
             let reloads = replaced.reloads.iter();
             reloads.filter(|event| wanted(&event.outcome)).count()
         };
-        console::say(&format!(
+        let said = format!(
             "trust store read again: {} key(s), {} added, {} taken out; {} skill(s) unloaded as \
              no longer trusted, {} loaded",
             trust.keys.len(),
@@ -124,7 +129,8 @@ impl Trust {
             trust.removed.len(),
             count(|outcome| matches!(outcome, ReloadOutcome::Untrusted { .. })),
             count(|outcome| matches!(outcome, ReloadOutcome::Loaded)),
-        ));
+        );
+        reloaded(&self.host, "trust_store", Ok(said));
     }
 
     /// Follows the files of `--trust`: reads the store again whenever what

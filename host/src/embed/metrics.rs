@@ -16,6 +16,7 @@
 //! | `skillhost_llm_tokens_total` | `type` (`prompt`, `completion`) | tokens the LLM server counted |
 //! | `skillhost_confirmations_total` | `resolution` (`pending`, `approved`, `rejected`, `expired`, `withdrawn`) | confirmations opened (`pending`) and how each ended: `pending` minus the others is how many wait now |
 //! | `skillhost_reloads_total` | `outcome` (`loaded`, `restored`, `unloaded`, `rejected`, `untrusted`, `unresolved`) | changes to the skills directory, skills a new trust store no longer accepts, and skills whose tools went |
+//! | `skillhost_config_reloads_total` | `part`, `outcome` (`applied`, `kept`) | settings the embedder read again ([`HostMetrics::record_config_reload`]; `serve` and `mcp` at SIGHUP: the parts of the config file, the trust store, the API keys file): put in force, or refused with what was in force kept |
 //! | `skillhost_skills_loaded` | | skills serving now |
 //! | `skillhost_instance_slots` | | size of the sandbox's instance pool |
 //! | `skillhost_instances_live` | | instances alive now (invocations running, manifests being read) |
@@ -95,6 +96,12 @@ struct ResolutionLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartOutcome {
+    part: &'static str,
     outcome: &'static str,
 }
 
@@ -200,6 +207,7 @@ struct Families {
     llm_tokens: Family<TokenType, Counter>,
     confirmations: Family<ResolutionLabel, Counter>,
     reloads: Family<OutcomeLabel, Counter>,
+    config_reloads: Family<PartOutcome, Counter>,
     skills_loaded: Gauge,
     http_requests: Family<HttpRequest, Counter>,
     http_seconds: LatencyFamily<RouteLabel>,
@@ -217,6 +225,7 @@ impl Default for Families {
             llm_tokens: Family::default(),
             confirmations: Family::default(),
             reloads: Family::default(),
+            config_reloads: Family::default(),
             skills_loaded: Gauge::default(),
             http_requests: Family::default(),
             http_seconds: Family::new_with_constructor(latency_histogram),
@@ -305,6 +314,11 @@ impl HostMetrics {
             "reloads",
             "Changes to the skills directory, by outcome",
             families.reloads,
+        );
+        registry.register(
+            "config_reloads",
+            "Settings read again by the embedder, by part: put in force (applied) or refused (kept)",
+            families.config_reloads,
         );
         registry.register(
             "skills_loaded",
@@ -440,6 +454,17 @@ impl HostMetrics {
             .get_or_create(&OutcomeLabel { outcome })
             .inc();
         self.set_skills_loaded(skills_loaded);
+    }
+
+    /// Counts a reading again of the host's settings by the embedder — a
+    /// config file at SIGHUP, say — that changed something: `part` names
+    /// what was read (`http_tools`, `trust_store`…), `applied` whether it
+    /// was put in force or refused, what was in force kept. An alert on
+    /// `outcome="kept"` catches a reload that left the old settings serving.
+    pub fn record_config_reload(&self, part: &'static str, applied: bool) {
+        let outcome = if applied { "applied" } else { "kept" };
+        let label = PartOutcome { part, outcome };
+        self.families.config_reloads.get_or_create(&label).inc();
     }
 
     pub(super) fn set_skills_loaded(&self, skills: usize) {

@@ -10,6 +10,7 @@ use skillhost::gateway::{ApiKey, Gateway};
 
 use crate::cli::console;
 use crate::cli::follow::{self, Following};
+use crate::cli::hangup::reloaded;
 
 /// Longest name a key may go by: it is shown in events and logs.
 const MAX_NAME_CHARS: usize = 64;
@@ -77,17 +78,18 @@ pub(super) fn api_keys(given: &[String], file: Option<&Path>) -> anyhow::Result<
 /// that read and check replace the API keys, with `given` first as at the
 /// start; a file that does not is reported, and the keys in force stay.
 pub(super) fn reload(gateway: &Gateway, given: &[String], file: &Path) {
-    match api_keys(given, Some(file)) {
+    let said = match api_keys(given, Some(file)) {
         Ok(ApiKeys { keys, .. }) => {
             gateway.set_api_keys(&keys);
-            console::say(&format!(
+            Ok(format!(
                 "API keys reloaded from {}: {} key(s)",
                 file.display(),
                 keys.len()
-            ));
+            ))
         }
-        Err(error) => console::warn(&format!("{error:#}; the API keys in force stay")),
-    }
+        Err(error) => Err(format!("{error:#}; the API keys in force stay")),
+    };
+    reloaded(gateway.host(), "api_keys", said);
 }
 
 /// Watches the directory of `file` and calls `on_change` (in `serve`,

@@ -16,7 +16,7 @@ use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
 
-use super::hangup::FollowedConfig;
+use super::hangup::{FollowedConfig, reloaded};
 use super::{HostArgs, config, console};
 use keys::bearer_key;
 
@@ -284,13 +284,17 @@ fn reload_scopes(gateway: &Gateway, file: &config::ConfigFile) {
                 let count = scopes.key_names().count();
                 // In force before it is said: a client told may rely on it.
                 gateway.set_scopes(scopes);
-                console::say(&format!(
+                let said = format!(
                     "API keys' scopes read again from {}: {count} key(s) scoped",
                     file.path().display()
-                ));
+                );
+                reloaded(gateway.host(), "api_key_scopes", Ok(said));
             }
         }
-        Err(error) => console::warn(&format!("{error:#}; the scopes in force stay")),
+        Err(error) => {
+            let why = format!("{error:#}; the scopes in force stay");
+            reloaded(gateway.host(), "api_key_scopes", Err(why));
+        }
     }
 }
 
