@@ -336,7 +336,10 @@ impl Agent {
     }
 
     /// Puts `llm` in force from now on (`None`: no LLM), for the runs
-    /// under way too: their next call to the model goes to it.
+    /// under way too: their next call to the model goes to it. An agent
+    /// of a [`SkillHost`](crate::embed::SkillHost) is given its LLM by
+    /// [`SkillHost::replace_llm_from_lookup`](crate::embed::SkillHost::replace_llm_from_lookup),
+    /// which keeps the host's `llm()` in step.
     pub fn replace_llm(&self, llm: Option<LlmClient>) {
         self.inner.llm.store(llm.map(Arc::new));
     }
