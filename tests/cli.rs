@@ -90,6 +90,16 @@ impl Workdir {
         command
     }
 
+    /// A skills directory here holding `skill`, signed with the demo key,
+    /// whose manifest names `tool`.
+    fn skills_calling(&self, skill: &str, tool: &str) -> PathBuf {
+        let skills = self.path("skills");
+        std::fs::create_dir(&skills).unwrap();
+        let file = signed_skill_calling(skill, tool);
+        std::fs::write(skills.join(format!("{skill}.wasm")), file).unwrap();
+        skills
+    }
+
     /// `skillhost test <args> --skills <dir> --trust keys/trusted`, with no
     /// `--db`: the cases run on a scratch shop.
     fn test_command(&self, args: &[&str], skills: &Path) -> Command {
@@ -115,6 +125,14 @@ impl Workdir {
 /// The bundled, signed skills.
 fn bundled() -> PathBuf {
     repo_root().join("skills")
+}
+
+/// Asserts that `text` has `line` as one of its lines, whole.
+fn assert_has_line(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|shown| shown == line),
+        "no `{line}` in:\n{text}"
+    );
 }
 
 /// Points `command` at the scripted LLM.
@@ -1864,10 +1882,7 @@ async fn inspect_shows_the_manifest_exports_signer_and_digest_of_a_bundled_skill
         "  steps:        yes".to_owned(),
         "  test cases:   1".to_owned(),
     ] {
-        assert!(
-            stdout.lines().any(|shown| shown == line),
-            "no `{line}` in:\n{stdout}"
-        );
+        assert_has_line(&stdout, &line);
     }
     assert!(
         stdout
@@ -1912,10 +1927,7 @@ async fn inspect_shows_the_limits_the_config_file_gives_the_skill() {
     let (stdout, _) = expect_code(&output(&mut inspect(false)).await, 0);
     let line = "  limits:       5000 ms, 16 MiB memory, 4 tool calls, 1048576 output bytes, \
                 256 log lines";
-    assert!(
-        stdout.lines().any(|shown| shown == line),
-        "no `{line}` in:\n{stdout}"
-    );
+    assert_has_line(&stdout, line);
 }
 
 #[tokio::test]
@@ -3323,6 +3335,25 @@ async fn serve_rescans_the_skills_directory_at_sighup() {
     );
 }
 
+/// The config file's entry of the test MCP server at `url` as `crm`,
+/// taking its read tool customerReport.
+fn crm_reports_at(url: &str) -> String {
+    format!(
+        "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
+         tools = [\"customerReport\"]\nread = [\"customerReport\"]\n"
+    )
+}
+
+/// `field` of the tool `name` as the gateway at `base` lists it in
+/// `/v1/tools`; null when it lists no such tool.
+async fn tool_field(base: &str, name: &str, field: &str) -> Value {
+    let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
+    let tools: Value = response.json().await.unwrap();
+    let mut tools = tools["data"].as_array().unwrap().iter();
+    let found = tools.find(|tool| tool["name"] == name);
+    found.map_or(Value::Null, |tool| tool[field].clone())
+}
+
 /// SIGHUP lists the tools of the config file's MCP servers again: a
 /// server at a url cannot say that they changed. A skill calling a tool the
 /// server no longer lists goes, saying which, and comes back with it.
@@ -3331,19 +3362,9 @@ async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
     let server = McpServer::default();
     let url = server.start().await;
     let work = Workdir::new();
-    let skills = work.path("skills");
-    std::fs::create_dir(&skills).unwrap();
-    let report_desk = signed_skill_calling("reportDesk", "customerReport");
-    std::fs::write(skills.join("reportDesk.wasm"), report_desk).unwrap();
+    let skills = work.skills_calling("reportDesk", "customerReport");
     let config = work.path("skillhost.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
-             tools = [\"customerReport\"]\nread = [\"customerReport\"]\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&config, crm_reports_at(&url)).unwrap();
     let config = config.to_str().unwrap();
     let command = work.host_command(
         &["serve", "--listen", "127.0.0.1:0", "--config", config],
@@ -3401,10 +3422,7 @@ async fn serve_lists_its_mcp_servers_tools_again_at_sighup() {
 #[tokio::test]
 async fn serve_reads_its_http_tools_again_at_sighup() {
     let work = Workdir::new();
-    let skills = work.path("skills");
-    std::fs::create_dir(&skills).unwrap();
-    let who_desk = signed_skill_calling("whoDesk", "whoAmI");
-    std::fs::write(skills.join("whoDesk.wasm"), who_desk).unwrap();
+    let skills = work.skills_calling("whoDesk", "whoAmI");
     let http_tool = |name: &str, description: &str, header: &str| {
         format!(
             "[[tools]]\nname = \"{name}\"\ndescription = \"{description}\"\n\
@@ -3429,13 +3447,7 @@ async fn serve_reads_its_http_tools_again_at_sighup() {
         let names = listed["data"].as_array().unwrap().iter();
         names.map(|skill| skill["name"].clone()).collect()
     };
-    let who_am_i = async || -> Value {
-        let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
-        let tools: Value = response.json().await.unwrap();
-        let mut tools = tools["data"].as_array().unwrap().iter();
-        let found = tools.find(|tool| tool["name"] == "whoAmI");
-        found.map_or(Value::Null, |tool| tool["description"].clone())
-    };
+    let who_am_i = async || tool_field(&base, "whoAmI", "description").await;
     assert_eq!(loaded().await, Vec::<Value>::new());
     let reconfigure = async |config: String| {
         std::fs::write(work.path("skillhost.toml"), config).unwrap();
@@ -3488,10 +3500,7 @@ async fn serve_reads_its_http_tools_again_at_sighup() {
         "skillhost_config_reloads_total{part=\"http_tools\",outcome=\"applied\"} 3",
         "skillhost_config_reloads_total{part=\"http_tools\",outcome=\"kept\"} 2",
     ] {
-        assert!(
-            metrics.lines().any(|shown| shown == line),
-            "no `{line}` in:\n{metrics}"
-        );
+        assert_has_line(&metrics, line);
     }
 }
 
@@ -3504,16 +3513,7 @@ async fn serve_reads_its_mcp_servers_again_at_sighup() {
     let server = McpServer::default();
     let url = server.start().await;
     let work = Workdir::new();
-    let skills = work.path("skills");
-    std::fs::create_dir(&skills).unwrap();
-    let report_desk = signed_skill_calling("reportDesk", "customerReport");
-    std::fs::write(skills.join("reportDesk.wasm"), report_desk).unwrap();
-    let crm = |url: &str| {
-        format!(
-            "[[mcp_servers]]\nname = \"crm\"\nurl = \"{url}\"\n\
-             tools = [\"customerReport\"]\nread = [\"customerReport\"]\n"
-        )
-    };
+    let skills = work.skills_calling("reportDesk", "customerReport");
     let command = work.configured_command(
         "",
         &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
@@ -3530,20 +3530,14 @@ async fn serve_reads_its_mcp_servers_again_at_sighup() {
         let listed: Value = response.json().await.unwrap();
         listed["data"].clone()
     };
-    let report_server = async || -> Value {
-        let response = reqwest::get(format!("{base}/v1/tools")).await.unwrap();
-        let tools: Value = response.json().await.unwrap();
-        let mut tools = tools["data"].as_array().unwrap().iter();
-        let found = tools.find(|tool| tool["name"] == "customerReport");
-        found.map_or(Value::Null, |tool| tool["server"].clone())
-    };
+    let report_server = async || tool_field(&base, "customerReport", "server").await;
     assert_eq!(loaded().await, json!([]));
     let reconfigure = async |config: String| {
         std::fs::write(work.path("skillhost.toml"), config).unwrap();
         send_signal(&serve, "-HUP").await;
     };
 
-    reconfigure(crm(&url)).await;
+    reconfigure(crm_reports_at(&url)).await;
     let said = said_next(&mut stderr, "MCP servers read again from skillhost.toml").await;
     assert!(
         said.contains("added crm; removed none; changed none; 1 skill file(s) changed"),
@@ -3553,7 +3547,7 @@ async fn serve_reads_its_mcp_servers_again_at_sighup() {
     assert_eq!(loaded().await[0]["name"], "reportDesk");
 
     let unreachable = "[[mcp_servers]]\nname = \"gone\"\nurl = \"http://127.0.0.1:9/mcp\"\n";
-    reconfigure(format!("{}\n{unreachable}", crm(&url))).await;
+    reconfigure(format!("{}\n{unreachable}", crm_reports_at(&url))).await;
     let said = said_next(&mut stderr, "the MCP servers in force stay").await;
     assert!(said.contains("gone"), "{said}");
     assert_eq!(report_server().await, "crm");

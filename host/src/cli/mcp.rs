@@ -29,6 +29,7 @@ use skillhost::agent::{
 use skillhost::embed::SkillHost;
 use skillhost::embed::mcp::{self, Asked, INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, ToolsNews};
 use skillhost::scope::SkillScope;
+use skillhost::skills::SkillSnapshot;
 
 use super::hangup::FollowedConfig;
 use super::{HostArgs, console};
@@ -105,10 +106,7 @@ fn say_what_is_served(host: &SkillHost, scope: &SkillScope) {
         return;
     };
     let snapshot = host.snapshot();
-    let served = snapshot
-        .skills()
-        .filter(|skill| scope.allows(skill.component.name().as_str()));
-    let served = served.count();
+    let served = served(&snapshot, scope).len();
     if served == 0 {
         console::warn(&format!(
             "--only-skills {} matches none of the {} skill(s) loaded: the client sees no tool until \
@@ -123,6 +121,14 @@ fn say_what_is_served(host: &SkillHost, scope: &SkillScope) {
         snapshot.len(),
         patterns.join(",")
     ));
+}
+
+/// The names of the skills of `snapshot` that `scope` lets through.
+fn served<'a>(snapshot: &'a SkillSnapshot, scope: &SkillScope) -> Vec<&'a str> {
+    let names = snapshot
+        .skills()
+        .map(|skill| skill.component.name().as_str());
+    names.filter(|name| scope.allows(name)).collect()
 }
 
 /// The messages to write, one a line, in order.
@@ -266,13 +272,9 @@ impl Server {
         if self.scope.is_all() {
             return snapshot.not_loaded(name);
         }
-        let served = snapshot
-            .skills()
-            .map(|skill| skill.component.name().as_str());
-        let served: Vec<&str> = served.filter(|served| self.scope.allows(served)).collect();
         format!(
             "`{name}` is not one of this server's tools (its tools: {})",
-            served.join(", ")
+            served(&snapshot, &self.scope).join(", ")
         )
     }
 
