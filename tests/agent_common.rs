@@ -11,7 +11,7 @@ use tempfile::TempDir;
 use skillhost::agent::llm::LlmClient;
 use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, Decision, Finished, PendingConfirmation,
-    Resolution, RunOutput,
+    Resolution, RunHandle, RunOutput, SkillOutput,
 };
 use skillhost::runtime::{Runtime, RuntimeConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -238,4 +238,19 @@ pub fn tool_result(messages: &[Value], call_id: &str) -> String {
         .and_then(|message| message["content"].as_str())
         .unwrap_or_else(|| panic!("no tool result for {call_id} in {messages:#?}"))
         .to_owned()
+}
+
+/// Reads the skill run's events up to its first pending confirmation: the
+/// events so far (that one included) and the confirmation.
+pub async fn until_confirmation(
+    run: &mut RunHandle<SkillOutput>,
+) -> (Vec<AgentEvent>, PendingConfirmation) {
+    let mut events = Vec::new();
+    loop {
+        let event = run.events.recv().await.expect("a pending confirmation");
+        events.push(event.clone());
+        if let AgentEvent::ConfirmationPending(pending) = event {
+            return (events, pending);
+        }
+    }
 }

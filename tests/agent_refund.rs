@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use skillhost::agent::catalog::DisclosureConfig;
 use skillhost::agent::{
     Agent, AgentConfig, AgentEvent, CallOutcome, Caller, ConfirmationPolicy, Decision, Declined,
-    PendingConfirmation, Resolution, RunHandle, RunId, RunOptions, SkillOutput, SkillPath,
+    Resolution, RunId, RunOptions, SkillPath,
 };
 use skillhost::tools::demo::{article_000_tools, article_003_tools};
 use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
@@ -21,7 +21,7 @@ use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 use crate::agent_common::{
     REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, executed, refund_call,
     refund_input, refusal, resolutions, rounds_of, skill, skill_outcomes, tool_result,
-    tools_called,
+    tools_called, until_confirmation,
 };
 use crate::support::fixtures::{fixture, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
@@ -49,21 +49,6 @@ async fn shop_and_agent(steps: Vec<Step>, config: AgentConfig) -> (Shop, Scripte
     let llm = ScriptedLlm::start(steps).await;
     let agent = shop.agent(&llm, config);
     (shop, llm, agent)
-}
-
-/// Reads the skill run's events up to its first pending confirmation: the
-/// events so far (that one included) and the confirmation.
-async fn until_confirmation(
-    run: &mut RunHandle<SkillOutput>,
-) -> (Vec<AgentEvent>, PendingConfirmation) {
-    let mut events = Vec::new();
-    loop {
-        let event = run.events.recv().await.expect("a pending confirmation");
-        events.push(event.clone());
-        if let AgentEvent::ConfirmationPending(pending) = event {
-            return (events, pending);
-        }
-    }
 }
 
 fn sorted(mut names: Vec<String>) -> Vec<String> {

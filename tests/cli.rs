@@ -30,12 +30,12 @@ use crate::support::scripted_llm::{ScriptedLlm, Step};
 use crate::support::signing::{signed_skill_calling, unsigned};
 
 /// A scratch working directory for the binary.
-struct Workdir {
+pub(crate) struct Workdir {
     dir: TempDir,
 }
 
 impl Workdir {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             dir: tempfile::tempdir().expect("a temporary directory"),
         }
@@ -102,7 +102,7 @@ impl Workdir {
 
     /// `skillhost test <args> --skills <dir> --trust keys/trusted`, with no
     /// `--db`: the cases run on a scratch shop.
-    fn test_command(&self, args: &[&str], skills: &Path) -> Command {
+    pub(crate) fn test_command(&self, args: &[&str], skills: &Path) -> Command {
         let mut command = self.command(&[&["test"], args].concat());
         command
             .arg("--skills")

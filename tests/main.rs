@@ -9,6 +9,7 @@ mod kept_runs;
 mod llm_client;
 mod mcp;
 mod observability;
+mod python_skills;
 mod reload;
 mod runtime;
 mod support;
