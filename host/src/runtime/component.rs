@@ -383,7 +383,10 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
             span.record("limit", field::display(limit));
             tracing::warn!(%error, "skill invocation hit a limit");
         }
-        InvokeError::Trap { .. } => tracing::warn!(%error, "skill invocation trapped"),
+        InvokeError::Trap { backtrace, .. } => {
+            let backtrace = backtrace.as_deref().unwrap_or("none");
+            tracing::warn!(%error, %backtrace, "skill invocation trapped");
+        }
         // The other errors' messages may quote the input or the guest's
         // own text; the outcome says enough.
         _ => {}

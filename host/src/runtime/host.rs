@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
-use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline};
+use wasmtime::{Engine, ResourceLimiter, Store, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use super::EPOCH_TICK;
@@ -126,8 +126,17 @@ pub enum InvokeError {
     Failed { skill: SkillName, message: String },
     #[error("skill `{skill}` returned a result that is not JSON: {message}")]
     MalformedResult { skill: SkillName, message: String },
+    /// `message` says why: the trap (`wasm trap: wasm `unreachable`
+    /// instruction executed`), and the last line the guest logged at error
+    /// level before it, where a Rust guest's panic hook puts the panic.
+    /// `backtrace` is wasmtime's, whose frames name functions the guest
+    /// chose (escaped): for the log, not for the caller or a model.
     #[error("skill `{skill}` trapped: {message}")]
-    Trap { skill: SkillName, message: String },
+    Trap {
+        skill: SkillName,
+        message: String,
+        backtrace: Option<String>,
+    },
     /// The dispatcher suspended the invocation at a call of `tool`
     /// ([`DispatchError::Suspend`]); not a failure.
     #[error(
@@ -146,6 +155,9 @@ pub struct HostState {
     guest_clock: Arc<GuestClock>,
     memory_bytes: usize,
     log_lines: u32,
+    /// The last line the guest logged at error level, escaped and cut:
+    /// told with a trap, since it is usually the reason (a panic's message).
+    last_error: Option<String>,
     /// The limit that ended the invocation, if one did.
     limit_hit: Option<(Limit, String)>,
     /// The tool whose call suspended the invocation, if one did.
@@ -179,6 +191,7 @@ impl HostState {
             guest_clock: Arc::new(GuestClock::start()),
             memory_bytes: 0,
             log_lines: 0,
+            last_error: None,
             limit_hit: None,
             suspended_at: None,
             tool_calls: Vec::new(),
@@ -261,13 +274,31 @@ impl HostState {
                 }
             }
             None => {
-                // With its backtrace, which names functions the guest chose:
-                // written through the cut, so never held whole.
+                // The backtrace names functions the guest chose: written
+                // through the cut, so never held whole.
+                let backtrace = error.downcast_ref::<WasmBacktrace>().map(|backtrace| {
+                    let mut escaped = Escaped::new(OUTSIDE_TEXT_BYTES);
+                    let _ = write!(escaped, "{backtrace}");
+                    escaped.finish()
+                });
+                // The causes but the backtrace, which wasmtime adds as the
+                // outermost context.
                 let mut message = Escaped::new(OUTSIDE_TEXT_BYTES);
-                let _ = write!(message, "{error:#}");
+                let causes = error.chain().skip(usize::from(backtrace.is_some()));
+                for (at, cause) in causes.enumerate() {
+                    if at > 0 {
+                        message.push(": ");
+                    }
+                    let _ = write!(message, "{cause}");
+                }
+                if let Some(said) = self.last_error.take() {
+                    message.push("; the last error it logged: ");
+                    message.push(&said);
+                }
                 InvokeError::Trap {
                     skill,
                     message: message.finish(),
+                    backtrace,
                 }
             }
         }
@@ -451,6 +482,9 @@ impl host::Host for HostState {
     }
 
     async fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        if matches!(level, types::LogLevel::Error) {
+            self.last_error = Some(text::escaped(&message, OUTSIDE_TEXT_BYTES).into_owned());
+        }
         if !self.dispatch.replaying() {
             self.log_line(level, &message);
         }
