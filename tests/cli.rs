@@ -1223,6 +1223,81 @@ async fn serve_exits_0_when_requests_finish_and_1_when_the_grace_cuts_them() {
     chat.abort();
 }
 
+/// `serve --check` starts what serve would, says what it would serve, and
+/// exits: it binds nothing (the address is taken here) and creates no
+/// runs directory.
+#[tokio::test]
+async fn serve_check_says_what_would_serve_and_exits_without_serving() {
+    let work = Workdir::new();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let mut check = work.host_command(
+        &[
+            "serve",
+            "--check",
+            "--listen",
+            &address,
+            "--runs-dir",
+            "runs",
+        ],
+        &bundled(),
+    );
+    let (stdout, stderr) = expect_code(&output(&mut check).await, 0);
+    assert!(stdout.is_empty(), "{stdout}");
+    // The warning: the demo key is trusted.
+    assert_has_line(
+        &stderr,
+        &format!(
+            "check passed, 1 warning(s) above: serve would start with 7 skill(s) and 22 tool(s), \
+             on http://{address}"
+        ),
+    );
+    assert!(!work.path("runs").exists());
+}
+
+/// What serve would start without (a skill file that does not load, a runs
+/// directory it would refuse) fails the check, naming it; a setting that
+/// stops serve's start stops the check the same way.
+#[tokio::test]
+async fn serve_check_fails_naming_what_serve_would_refuse() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = Workdir::new();
+    let skills = work.path("skills");
+    std::fs::create_dir(&skills).unwrap();
+    let refund = std::fs::read(skill_file("processRefund")).unwrap();
+    std::fs::write(skills.join("processRefund.wasm"), &refund).unwrap();
+    std::fs::write(skills.join("truncated.wasm"), &refund[..1000]).unwrap();
+    let mut check = work.host_command(&["serve", "--check"], &skills);
+    let (_, stderr) = expect_code(&output(&mut check).await, 1);
+    let verdict = stderr.lines().last().unwrap();
+    assert!(
+        verdict.starts_with("error: check failed, 2 warning(s) above: ")
+            && verdict.ends_with("truncated.wasm did not load"),
+        "{stderr}"
+    );
+
+    let runs = work.path("runs");
+    std::fs::create_dir(&runs).unwrap();
+    std::fs::set_permissions(&runs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut check = work.host_command(&["serve", "--check", "--runs-dir", "runs"], &bundled());
+    let (_, stderr) = expect_code(&output(&mut check).await, 1);
+    assert!(
+        stderr.contains("check failed") && stderr.contains("runs directory runs: its mode is 755"),
+        "{stderr}"
+    );
+
+    let mut check = work.configured_command(
+        "[sandbox]\nmemory_mib = \"lots\"\n",
+        &["serve", "--check"],
+        &bundled(),
+    );
+    let (_, stderr) = expect_code(&output(&mut check).await, 1);
+    assert!(
+        stderr.contains("memory_mib") && !stderr.contains("check passed"),
+        "{stderr}"
+    );
+}
+
 /// With `--runs-dir`, a skill invocation waiting for an approval outlives
 /// its process: the next `serve` on the directory holds it again under the
 /// same confirmation id, the approval runs the write once, and the run's
@@ -1298,6 +1373,14 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
     assert_eq!(listed["runs"][0]["kind"], "skill");
     assert_eq!(listed["runs"][0]["confirmation"], *confirmation);
     assert_eq!(listed["unreadable"], json!([]));
+    // A check before the restart lists the run, and leaves it as it is.
+    let kept_before = std::fs::read(&kept).unwrap();
+    let checked =
+        output(&mut work.host_command(&["serve", "--check", "--runs-dir", "runs"], &bundled()))
+            .await;
+    let (_, said) = expect_code(&checked, 0);
+    assert_has_line(&said, "1 run(s) kept in runs would be resumed");
+    assert_eq!(std::fs::read(&kept).unwrap(), kept_before);
 
     let Serving {
         child: _second,

@@ -12,6 +12,11 @@ pub(crate) fn ensure(dir: &Path, refused: u32, why: &str) -> anyhow::Result<()> 
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
+    check(dir, refused, why)
+}
+
+/// What [`ensure`] refuses of `dir`, which exists, creating nothing.
+pub(crate) fn check(dir: &Path, refused: u32, why: &str) -> anyhow::Result<()> {
     let metadata = std::fs::metadata(dir)?;
     // The process's own directory belongs to the user it runs as (Linux).
     if let Ok(process) = std::fs::metadata("/proc/self") {

@@ -94,6 +94,10 @@ const SHOWN_RESULT_CHARS: usize = 500;
 /// The file in a runs directory its host holds locked while it lives.
 const LOCK_FILE: &str = ".lock";
 
+/// A runs directory others may use in any way is refused, since:
+const PRIVATE_MODE_REFUSED: u32 = 0o077;
+const KEPT_RUNS_ARE_PRIVATE: &str = "kept runs hold end users' inputs";
+
 /// How many times opening a runs directory tries again, 20 ms apart, when
 /// its lock is taken: once a lister is done with it, it is free.
 const LOCK_ATTEMPTS: u32 = 5;
@@ -549,8 +553,23 @@ impl RunStore {
         Ok(Self { dir, _lock: lock })
     }
 
+    /// Whether [`RunStore::open`] would take `dir`, short of its lock (a
+    /// host may hold it), creating nothing: a directory missing is created
+    /// then. For a check before a start.
+    pub fn check(dir: &Path) -> Result<(), RunStoreError> {
+        if !dir.exists() {
+            return Ok(());
+        }
+        crate::private_dir::check(dir, PRIVATE_MODE_REFUSED, KEPT_RUNS_ARE_PRIVATE).map_err(
+            |cause| RunStoreError {
+                dir: dir.to_owned(),
+                cause,
+            },
+        )
+    }
+
     fn lock(dir: &Path) -> anyhow::Result<std::fs::File> {
-        crate::private_dir::ensure(dir, 0o077, "kept runs hold end users' inputs")?;
+        crate::private_dir::ensure(dir, PRIVATE_MODE_REFUSED, KEPT_RUNS_ARE_PRIVATE)?;
         let lock = std::fs::File::create(dir.join(LOCK_FILE))?;
         // A lister (`skillhost runs`) holds the lock shared for an instant
         // to learn whether a host is there: wait that out before refusing.

@@ -3,12 +3,15 @@
 //! warnings. Plain lines with text logs; log events with JSON logs, so that
 //! a log pipeline reads nothing but JSON.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The target of the events, always enabled by the default filter.
 pub(super) const TARGET: &str = "skillhost::console";
 
 static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Warnings given so far, for a summary (`serve --check`).
+static WARNINGS: AtomicUsize = AtomicUsize::new(0);
 
 /// Called once the log format is known.
 pub(super) fn use_json(json: bool) {
@@ -26,6 +29,7 @@ pub(super) fn say(message: &str) {
 
 /// A warning: `WARNING: ` before it in text, a warn-level event in JSON.
 pub(super) fn warn(message: &str) {
+    WARNINGS.fetch_add(1, Ordering::Relaxed);
     if JSON.load(Ordering::Relaxed) {
         tracing::warn!(target: TARGET, "{message}");
     } else {
@@ -41,4 +45,9 @@ pub(super) fn error(message: &str) {
     } else {
         eprintln!("error: {message}");
     }
+}
+
+/// How many warnings this process has given.
+pub(super) fn warnings() -> usize {
+    WARNINGS.load(Ordering::Relaxed)
 }

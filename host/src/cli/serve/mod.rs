@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use skillhost::agent::{PendingConfirmation, list_kept_runs};
+use skillhost::agent::{PendingConfirmation, RunStore, list_kept_runs};
 use skillhost::embed::SkillHost;
 use skillhost::gateway::{self, Gateway, GatewayConfig};
 use skillhost::skills::signature::SignaturePolicy;
@@ -40,7 +40,8 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, [agent], [confirmation], [llm], key scopes and API keys' scopes take \
     effect; it names any other setting changed, which waits for a restart), the trust store (unloading skills \
     no longer admitted), lists the MCP servers' tools again, rescans the skills directory and reads the API keys file again, without the restart that would \
-    withdraw the runs waiting for an answer (unless --runs-dir keeps them).\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
+    withdraw the runs waiting for an answer (unless --runs-dir keeps them). `serve --check` tells beforehand \
+    whether a start with the same flags would serve.\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
     OPENAI_BASE_URL and OPENAI_API_KEY (or [llm] in the config file). Without one, everything \
     but chat works and chat answers 503.\n\nPass keys through the environment rather than the \
     command line, where other users of the machine can read them."
@@ -113,6 +114,15 @@ pub struct ServeArgs {
     /// [default: none, they end with the process].
     #[arg(long, value_name = "DIR", env = "SKILLHOST_RUNS_DIR")]
     runs_dir: Option<PathBuf>,
+    /// Check what this serve would start with, then exit without serving:
+    /// the config file, API keys, trust store and every skill file, the
+    /// HTTP tools, the MCP servers (connected and asked for their tools)
+    /// and the LLM settings (the model is not called). Exits 0 when it
+    /// would serve every skill file, 1 naming what is wrong. Binds no
+    /// address and resumes no kept run (it lists them); the demo shop's
+    /// database is created when missing, as serve would.
+    #[arg(long)]
+    check: bool,
     #[command(flatten)]
     pub(super) host: HostArgs,
 }
@@ -120,7 +130,7 @@ pub struct ServeArgs {
 pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let file = args.host.config_file()?;
     let server = &file.server;
-    let hot_reload = !args.no_watch && server.hot_reload.unwrap_or(true);
+    let hot_reload = !args.check && !args.no_watch && server.hot_reload.unwrap_or(true);
     let runs_dir = args.runs_dir.clone().or_else(|| server.runs_dir.clone());
     let settings = super::HostSettings::read(
         &args.host,
@@ -142,7 +152,12 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         trust,
         trust_watch: _trust_watch,
     } = settings
-        .start(&args.host, &file, hot_reload, runs_dir.as_deref())
+        .start(
+            &args.host,
+            &file,
+            hot_reload,
+            runs_dir.as_deref().filter(|_| !args.check),
+        )
         .await?;
     report_host(&host, hot_reload, &file);
     let forward_headers = server.forward_headers(with_keys)?;
@@ -185,6 +200,14 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         },
     );
     warn_of_names_no_key_goes_by(&gateway);
+    let listen = match args.listen.or(server.listen) {
+        Some(listen) => listen,
+        None => DEFAULT_LISTEN.parse().expect("a valid default address"),
+    };
+    if args.check {
+        warn_if_open(listen, has_api_keys);
+        return Ok(report_check(&gateway, listen, runs_dir.as_deref()));
+    }
     let (reloaded, given, keys_file) = (
         gateway.clone(),
         args.api_keys.clone(),
@@ -215,20 +238,11 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
-    let listen = match args.listen.or(server.listen) {
-        Some(listen) => listen,
-        None => DEFAULT_LISTEN.parse().expect("a valid default address"),
-    };
     let listener = TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
     let address = listener.local_addr()?;
-    if !address.ip().is_loopback() && !has_api_keys {
-        console::warn(&format!(
-            "listening on {address} without API keys: anyone who can reach it can run skills \
-             and approve writes (set SKILLHOST_API_KEYS)"
-        ));
-    }
+    warn_if_open(address, has_api_keys);
     // Listened for before anyone is told the gateway serves, so that a
     // signal from then on shuts it down gracefully.
     let signals = count_signals().context("listening for SIGINT and SIGTERM")?;
@@ -267,6 +281,68 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             report_interrupted(gateway.host());
             Ok(ExitCode::FAILURE)
         }
+    }
+}
+
+/// Warns when `address` is reachable from other machines and no API key
+/// guards it.
+fn warn_if_open(address: SocketAddr, has_api_keys: bool) {
+    if !address.ip().is_loopback() && !has_api_keys {
+        console::warn(&format!(
+            "{address} is served without API keys: anyone who can reach it can run skills and \
+             approve writes (set SKILLHOST_API_KEYS)"
+        ));
+    }
+}
+
+/// `serve --check`, once the gateway stands as the start made it: the
+/// runs directory looked at (not taken), then the verdict. A skill file
+/// that did not load fails the check, which serve would start without.
+fn report_check(gateway: &Gateway, listen: SocketAddr, runs_dir: Option<&Path>) -> ExitCode {
+    let host = gateway.host();
+    let snapshot = host.snapshot();
+    let mut problems: Vec<String> = snapshot
+        .failures()
+        .map(|failure| format!("{} did not load", failure.path.display()))
+        .collect();
+    // A directory missing is created at the start, holding nothing.
+    if let Some(dir) = runs_dir.filter(|dir| dir.exists()) {
+        match RunStore::check(dir) {
+            Ok(()) => {
+                let (kept, unreadable) = list_kept_runs(dir);
+                if !kept.is_empty() {
+                    console::say(&format!(
+                        "{} run(s) kept in {} would be resumed",
+                        kept.len(),
+                        dir.display()
+                    ));
+                }
+                for file in unreadable {
+                    console::warn(&format!(
+                        "{} would not be resumed: {}",
+                        file.path.display(),
+                        file.reason
+                    ));
+                }
+            }
+            Err(error) => problems.push(error.to_string()),
+        }
+    }
+    let warnings = match console::warnings() {
+        0 => String::new(),
+        count => format!(", {count} warning(s) above"),
+    };
+    if problems.is_empty() {
+        console::say(&format!(
+            "check passed{warnings}: serve would start with {} skill(s) and {} tool(s), on \
+             http://{listen}",
+            snapshot.skills().count(),
+            host.tools().specs().count()
+        ));
+        ExitCode::SUCCESS
+    } else {
+        console::error(&format!("check failed{warnings}: {}", problems.join("; ")));
+        ExitCode::FAILURE
     }
 }
 
