@@ -76,11 +76,11 @@ def call_tool(name: str, arguments: dict) -> Any:
         result = host.call_tool(name, json.dumps(arguments))
     except Err as error:
         failure = error.value
-        raise ToolError(name, kind_name(failure.kind), failure.message) from None
+        raise ToolError(name, _kind_name(failure.kind), failure.message) from None
     return json.loads(result)
 
 
-def kind_name(kind: types.ToolErrorKind) -> str:
+def _kind_name(kind: types.ToolErrorKind) -> str:
     """The WIT name of a tool error's kind: `NOT_PERMITTED` is `not-permitted`."""
     return kind.name.lower().replace("_", "-")
 
