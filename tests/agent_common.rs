@@ -254,3 +254,20 @@ pub async fn until_confirmation(
         }
     }
 }
+
+/// Runs `skill`'s steps on `input` up to the write they wait on, approves
+/// it, and returns the confirmation with the steps' final result.
+pub async fn approve_the_write(
+    agent: &Agent,
+    skill: &str,
+    input: Value,
+) -> (PendingConfirmation, Value) {
+    let mut run = agent.start_skill(skill, input).unwrap();
+    let (_, pending) = until_confirmation(&mut run).await;
+    agent.confirmations().approve(pending.id.as_str()).unwrap();
+    while run.events.recv().await.is_some() {}
+    let CallOutcome::Done { result } = run.result().await.unwrap().outcome else {
+        panic!("the steps did not finish");
+    };
+    (pending, result)
+}

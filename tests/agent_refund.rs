@@ -19,8 +19,8 @@ use skillhost::tools::demo::{article_000_tools, article_003_tools};
 use skillhost::tools::{Access, Tool, ToolContext, ToolError, ToolSpec};
 
 use crate::agent_common::{
-    REFUND_REQUEST, Shop, ask_deciding, calls_of, confirmations, executed, refund_call,
-    refund_input, refusal, resolutions, rounds_of, skill, skill_outcomes, tool_result,
+    REFUND_REQUEST, Shop, approve_the_write, ask_deciding, calls_of, confirmations, executed,
+    refund_call, refund_input, refusal, resolutions, rounds_of, skill, skill_outcomes, tool_result,
     tools_called, until_confirmation,
 };
 use crate::support::fixtures::{fixture, skill_file};
@@ -872,21 +872,13 @@ async fn steps_run_again_after_an_approval_read_the_same_wasi_random_bytes_and_t
         .config(config())
         .build()
         .unwrap();
-    let mut run = agent
-        .start_skill("wasiReplay", json!({"orderId": "88231"}))
-        .unwrap();
-    let (_, pending) = until_confirmation(&mut run).await;
-    let approved_reason = pending.arguments["reason"].as_str().unwrap().to_owned();
+    let (pending, result) =
+        approve_the_write(&agent, "wasiReplay", json!({"orderId": "88231"})).await;
+    let approved_reason = pending.arguments["reason"].as_str().unwrap();
     assert!(approved_reason.starts_with("request "), "{approved_reason}");
-
-    agent.confirmations().approve(pending.id.as_str()).unwrap();
-    while run.events.recv().await.is_some() {}
-    let CallOutcome::Done { result } = run.result().await.unwrap().outcome else {
-        panic!("the steps did not finish");
-    };
     assert_eq!(result["refundError"], Value::Null, "{result}");
     assert_eq!(result["refund"]["refundId"], "RF20260629001");
-    assert_eq!(result["reason"], approved_reason.as_str());
+    assert_eq!(result["reason"], approved_reason);
     let refunds = shop.db.refunds_for("88231").unwrap();
     assert_eq!(refunds.len(), 1);
     assert_eq!(refunds[0].reason, approved_reason);

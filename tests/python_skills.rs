@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use skillhost::agent::{Agent, AgentConfig, CallOutcome};
+use skillhost::agent::{Agent, AgentConfig};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, RunReport, SkillComponent};
 use skillhost::tools::demo::article_003_tools;
 
-use crate::agent_common::{Shop, until_confirmation};
+use crate::agent_common::{Shop, approve_the_write};
 use crate::cli::Workdir;
 use crate::support::fixtures::{DemoHost, repo_root};
 
@@ -202,19 +202,11 @@ async fn a_python_skills_write_runs_as_approved_when_its_steps_run_again() {
         .config(AgentConfig::default())
         .build()
         .unwrap();
-    let mut run = agent
-        .start_skill("pyFaults", json!({"fault": "refund", "orderId": "88231"}))
-        .unwrap();
-    let (_, pending) = until_confirmation(&mut run).await;
-    let approved_reason = pending.arguments["reason"].as_str().unwrap().to_owned();
+    let input = json!({"fault": "refund", "orderId": "88231"});
+    let (pending, result) = approve_the_write(&agent, "pyFaults", input).await;
+    let approved_reason = pending.arguments["reason"].as_str().unwrap();
     assert!(approved_reason.starts_with("request "), "{approved_reason}");
-
-    agent.confirmations().approve(pending.id.as_str()).unwrap();
-    while run.events.recv().await.is_some() {}
-    let CallOutcome::Done { result } = run.result().await.unwrap().outcome else {
-        panic!("the steps did not finish");
-    };
-    assert_eq!(result["reason"], approved_reason.as_str());
+    assert_eq!(result["reason"], approved_reason);
     assert_eq!(result["refund"]["refundId"], "RF20260629001");
     let refunds = shop.db.refunds_for("88231").unwrap();
     assert_eq!(refunds.len(), 1);

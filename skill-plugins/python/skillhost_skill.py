@@ -85,28 +85,22 @@ def _kind_name(kind: types.ToolErrorKind) -> str:
     return kind.name.lower().replace("_", "-")
 
 
+def _logger(level: types.LogLevel) -> staticmethod:
+    def write(message: str) -> None:
+        host.log(level, message)
+
+    return staticmethod(write)
+
+
 class log:
-    """The host's log, one line per call, under the skill's name."""
+    """The host's log, one line per call, under the skill's name:
+    `log.info(f"order {order_id} found")`."""
 
-    @staticmethod
-    def trace(message: str) -> None:
-        host.log(types.LogLevel.TRACE, message)
-
-    @staticmethod
-    def debug(message: str) -> None:
-        host.log(types.LogLevel.DEBUG, message)
-
-    @staticmethod
-    def info(message: str) -> None:
-        host.log(types.LogLevel.INFO, message)
-
-    @staticmethod
-    def warn(message: str) -> None:
-        host.log(types.LogLevel.WARN, message)
-
-    @staticmethod
-    def error(message: str) -> None:
-        host.log(types.LogLevel.ERROR, message)
+    trace = _logger(types.LogLevel.TRACE)
+    debug = _logger(types.LogLevel.DEBUG)
+    info = _logger(types.LogLevel.INFO)
+    warn = _logger(types.LogLevel.WARN)
+    error = _logger(types.LogLevel.ERROR)
 
 
 @dataclass(frozen=True)
