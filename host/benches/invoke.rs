@@ -18,8 +18,11 @@
 //! route) runs them, through `SkillHost::invoke` on a host with the same
 //! fixed tools: what the agent layer adds (the run task and its context,
 //! events, metrics, the confirmation policy's check). `inquireOrderStatus`
-//! (two read calls) on the SQLite demo tools is printed last as the
-//! end-to-end figure.
+//! (two read calls) on the SQLite demo tools is printed as the end-to-end
+//! figure; beside it, when `skill-plugins/build-interpreted.sh` has built
+//! them, the Python `checkoutQuote` (two reads on the same tools) and the
+//! JavaScript `deviceCheckup` (three), each instantiating its interpreter's
+//! snapshot (a hundredth of the samples: each takes milliseconds).
 //!
 //! Run: `cargo bench --bench invoke` (set `BENCH_ITERATIONS` to change the
 //! sample count).
@@ -261,22 +264,53 @@ fn main() {
         )
         .await;
 
+        let mut interpreted = Vec::new();
+        let mut not_built = Vec::new();
+        for (label, file) in [
+            (
+                "checkoutQuote (Python) steps, SQLite demo tools",
+                "checkoutQuote.wasm",
+            ),
+            (
+                "deviceCheckup (JavaScript) steps, SQLite demo tools",
+                "deviceCheckup.wasm",
+            ),
+        ] {
+            let path = root
+                .join("skill-plugins/target/interpreted/skills")
+                .join(file);
+            if !path.exists() {
+                not_built.push(file);
+                continue;
+            }
+            let skill = load(&runtime, &demo_tools, &path).await;
+            let samples = (iterations / 100).max(10);
+            interpreted.push(measure(label, samples, || run(&skill, &empty, &demo_dispatch)).await);
+        }
+
         println!("warm invocation, {iterations} samples each");
         println!("{:<52} {:>10} {:>10} {:>8}", "", "p50", "p99", "p50/floor");
-        for sample in [
+        let samples = [
             &floor,
             &noop_run,
             &steps,
             &host_share,
             &through_host,
             &end_to_end,
-        ] {
+        ];
+        for sample in samples.into_iter().chain(&interpreted) {
             println!(
                 "{:<52} {:>8.1}µs {:>8.1}µs {:>8.2}x",
                 sample.label,
                 sample.p50.as_secs_f64() * 1e6,
                 sample.p99.as_secs_f64() * 1e6,
                 sample.p50.as_secs_f64() / floor.p50.as_secs_f64()
+            );
+        }
+        if !not_built.is_empty() {
+            println!(
+                "not built (skill-plugins/build-interpreted.sh): {}",
+                not_built.join(", ")
             );
         }
     });
