@@ -4,6 +4,7 @@
 #
 #   skill-plugins/{python,js}/skills/<skill>/app.{py,js}       ->  <out>/skills/<skill>.wasm
 #   skill-plugins/{python,js}/test-guests/<guest>/app.{py,js}  ->  <out>/fixtures/<guest>.wasm
+#   `skillhost new newPython --lang python` (and js)            ->  <out>/scaffolds/<name>.wasm
 #
 # Usage: skill-plugins/build-interpreted.sh [--out DIR]
 #        (default: skill-plugins/target/interpreted)
@@ -86,7 +87,31 @@ componentize() {
     esac
 }
 
+# skillhost first: it signs, and writes the skills `skillhost new` starts
+# authors with, built here as they are told to build them.
+cargo build --quiet --locked --manifest-path "$repo/Cargo.toml" --bin skillhost
+skillhost=${CARGO_TARGET_DIR:-$repo/target}/debug/skillhost
+
 built=()
+mkdir -p "$staging/scaffolds"
+for lang in python js; do
+    name=new${lang^}
+    "$skillhost" new "$name" --lang "$lang" --dir "$staging/new/$name" >/dev/null
+    say "building scaffolds/$name.wasm from skillhost new --lang $lang"
+    case $lang in
+        python)
+            "$componentize_py" --quiet --wit-path "$staging/new/$name/wit" --world skill \
+                componentize --python-path "$staging/new/$name" app \
+                --output "$staging/scaffolds/$name.wasm"
+            ;;
+        js)
+            "$componentize_js" "$staging/new/$name/app.js" --wit "$staging/new/$name/wit" \
+                --world-name skill --disable http fetch-event \
+                --out "$staging/scaffolds/$name.wasm" >/dev/null
+            ;;
+    esac
+    built+=("scaffolds/$name.wasm")
+done
 for app in "$plugins"/{python,js}/{skills,test-guests}/*/app.{py,js}; do
     [[ -f $app ]] || continue
     dir=$(dirname "$app")
@@ -100,8 +125,6 @@ for app in "$plugins"/{python,js}/{skills,test-guests}/*/app.{py,js}; do
 done
 
 say "signing with the demo key (keys/demo-signing.key)"
-cargo build --quiet --locked --manifest-path "$repo/Cargo.toml" --bin skillhost
-skillhost=${CARGO_TARGET_DIR:-$repo/target}/debug/skillhost
 for file in "${built[@]}"; do
     "$skillhost" sign "$staging/$file" --key "$repo/keys/demo-signing.key" >/dev/null
     mkdir -p "$(dirname "$out/$file")"

@@ -509,6 +509,86 @@ test_cases:
     expect_contains: [delivered]
 "#;
 
+/// `skillhost new` writes a skill to start from: its name in it, the SDK
+/// and the contract as the repository has them, and the commands that
+/// build it; a SKILL.md one packs and loads with no toolchain. A taken
+/// directory, or a name the host would refuse, is refused with nothing
+/// written. (The Python and JavaScript ones are built as told, and their
+/// cases run, in `interpreted_skills`.)
+#[tokio::test]
+async fn new_writes_a_skill_to_start_from_and_how_to_build_it() {
+    let work = Workdir::new();
+    let read = |path: PathBuf| std::fs::read_to_string(&path).unwrap();
+    let new = |args: &[&str]| work.command(&[&["new"], args].concat());
+
+    let (stdout, _) = expect_code(
+        &output(&mut new(&["orderStatus", "--lang", "python"])).await,
+        0,
+    );
+    assert_has_line(
+        &stdout,
+        "  componentize-py --wit-path orderStatus/wit --world skill componentize --python-path \
+         orderStatus app --output orderStatus.wasm",
+    );
+    assert!(
+        read(work.path("orderStatus/app.py"))
+            .contains(r#"    "orderStatus",  # the function name"#)
+    );
+    assert_eq!(
+        read(work.path("orderStatus/skillhost_skill.py")),
+        read(repo_root().join("skill-plugins/python/skillhost_skill.py"))
+    );
+    assert_eq!(
+        read(work.path("orderStatus/wit/skill.wit")),
+        read(repo_root().join("wit/skill@0.1.0/skill.wit"))
+    );
+
+    let (stdout, _) = expect_code(
+        &output(&mut new(&["orderStatusJs", "--lang", "js"])).await,
+        0,
+    );
+    assert!(
+        stdout.contains("--disable http fetch-event --out orderStatusJs.wasm"),
+        "{stdout}"
+    );
+    assert!(read(work.path("orderStatusJs/app.js")).contains("  name: 'orderStatusJs',"));
+    assert_eq!(
+        read(work.path("orderStatusJs/skillhost_skill.js")),
+        read(repo_root().join("skill-plugins/js/skillhost_skill.js"))
+    );
+
+    let (stdout, _) = expect_code(
+        &output(&mut new(&["order-status", "--lang", "md"])).await,
+        0,
+    );
+    assert_has_line(
+        &stdout,
+        "  skillhost pack order-status/SKILL.md --out order-status.wasm",
+    );
+    std::fs::create_dir(work.path("skills")).unwrap();
+    let mut pack = work.command(&[
+        "pack",
+        "order-status/SKILL.md",
+        "--out",
+        "skills/order-status.wasm",
+    ]);
+    expect_code(&output(&mut pack).await, 0);
+    let mut sign = work.command(&["sign", "skills/order-status.wasm", "--key"]);
+    sign.arg(repo_root().join("keys/demo-signing.key"));
+    expect_code(&output(&mut sign).await, 0);
+    let mut skills = work.host_command(&["skills", "--json"], &work.path("skills"));
+    let (stdout, _) = expect_code(&output(&mut skills).await, 0);
+    let listed: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(listed["skills"][0]["name"], "order-status", "{listed:#}");
+    assert_eq!(listed["failed"], json!([]), "{listed:#}");
+
+    let (_, stderr) = expect_code(&output(&mut new(&["orderStatus", "--lang", "js"])).await, 1);
+    assert!(stderr.contains("orderStatus already exists"), "{stderr}");
+    let (_, stderr) = expect_code(&output(&mut new(&["9lives", "--lang", "python"])).await, 1);
+    assert!(stderr.contains("`9lives` cannot name a skill"), "{stderr}");
+    assert!(!work.path("9lives").exists());
+}
+
 #[tokio::test]
 async fn test_reports_which_expectation_failed_and_exits_non_zero() {
     let work = Workdir::new();

@@ -286,3 +286,23 @@ async fn skillhost_test_verifies_interpreted_skills_signatures_and_passes_their_
     assert_eq!(report["failed"], 0, "{report:#}");
     assert_eq!(report["load_failures"], json!([]), "{report:#}");
 }
+
+/// The skills `skillhost new` writes build as it tells (build-interpreted.sh
+/// runs its commands), and their test cases pass.
+#[tokio::test]
+#[ignore = "needs skill-plugins/build-interpreted.sh (components bundling an interpreter)"]
+async fn skills_from_skillhost_new_build_as_told_and_pass_their_cases() {
+    let scaffolds = built("scaffolds/newPython.wasm")
+        .parent()
+        .unwrap()
+        .to_owned();
+    let work = Workdir::new();
+    let output = work
+        .test_command(&["--json"], &scaffolds)
+        .output()
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(output.status.success(), "{report:#}");
+    assert_eq!(report["passed"], 2, "{report:#}");
+}

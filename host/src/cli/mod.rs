@@ -9,6 +9,7 @@ mod follow;
 mod hangup;
 mod inspect;
 mod mcp;
+mod new;
 mod pack;
 mod progress;
 mod runs;
@@ -209,6 +210,10 @@ enum Command {
     /// component; sign it with `skillhost sign` before loading it in a host
     /// that requires signatures.
     Pack(pack::PackArgs),
+    /// Start a skill: a directory with a working skill in Python,
+    /// JavaScript or a SKILL.md, the SDK and the contract beside it, and
+    /// the commands that build it.
+    New(new::NewArgs),
     /// Ask the main agent once: prints each round (functions offered, calls
     /// made, inside skills too) and the answer; asks y/n for write tools.
     Ask(ask::AskArgs),
@@ -272,6 +277,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sign(args) => sign::sign(&args),
         Command::Verify(args) => sign::verify(&args),
         Command::Pack(args) => pack::pack(&args),
+        Command::New(args) => new::new(&args),
         Command::Ask(args) => ask::ask(&args).await,
         Command::Chat(args) => chat::chat(&args).await,
         Command::Inspect(args) => inspect::inspect(&args).await,
@@ -585,6 +591,7 @@ impl Command {
             | Command::Sign(_)
             | Command::Verify(_)
             | Command::Pack(_)
+            | Command::New(_)
             | Command::Inspect(_)
             | Command::Runs(_)
             | Command::Tools(_) => None,

@@ -34,11 +34,8 @@ use wasm_encoder::{
 use wit_component::{ComponentEncoder, StringEncoding};
 use wit_parser::Resolve;
 
+use crate::SKILL_WIT;
 use crate::skills::manifest::RawManifest;
-
-/// The contract the component implements, compiled in so that packing needs
-/// no files besides the skill itself.
-const SKILL_WIT: &str = include_str!("../../../../wit/skill@0.1.0/skill.wit");
 
 /// What `run` answers if a host ever calls it: the skill has no steps.
 pub const NO_STEPS: &str = "this skill has no deterministic steps";
