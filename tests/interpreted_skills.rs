@@ -262,16 +262,12 @@ async fn an_interpreted_skills_write_runs_as_approved_when_its_steps_run_again()
     }
 }
 
-#[tokio::test]
-#[ignore = "needs skill-plugins/build-interpreted.sh (components bundling an interpreter)"]
-async fn skillhost_test_verifies_interpreted_skills_signatures_and_passes_their_cases() {
-    let skills = built("skills/checkoutQuote.wasm")
-        .parent()
-        .unwrap()
-        .to_owned();
-    let work = Workdir::new();
-    let output = work
-        .test_command(&["--json"], &skills)
+/// `skillhost test --json` on the directory of the built `file`, which
+/// must pass: its report.
+async fn cases_beside(file: &str) -> Value {
+    let dir = built(file).parent().unwrap().to_owned();
+    let output = Workdir::new()
+        .test_command(&["--json"], &dir)
         .output()
         .await
         .unwrap();
@@ -281,7 +277,13 @@ async fn skillhost_test_verifies_interpreted_skills_signatures_and_passes_their_
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_str(&stdout).unwrap();
+    serde_json::from_str(&stdout).unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs skill-plugins/build-interpreted.sh (components bundling an interpreter)"]
+async fn skillhost_test_verifies_interpreted_skills_signatures_and_passes_their_cases() {
+    let report = cases_beside("skills/checkoutQuote.wasm").await;
     assert_eq!(report["passed"], 2, "{report:#}");
     assert_eq!(report["failed"], 0, "{report:#}");
     assert_eq!(report["load_failures"], json!([]), "{report:#}");
@@ -292,17 +294,6 @@ async fn skillhost_test_verifies_interpreted_skills_signatures_and_passes_their_
 #[tokio::test]
 #[ignore = "needs skill-plugins/build-interpreted.sh (components bundling an interpreter)"]
 async fn skills_from_skillhost_new_build_as_told_and_pass_their_cases() {
-    let scaffolds = built("scaffolds/newPython.wasm")
-        .parent()
-        .unwrap()
-        .to_owned();
-    let work = Workdir::new();
-    let output = work
-        .test_command(&["--json"], &scaffolds)
-        .output()
-        .await
-        .unwrap();
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert!(output.status.success(), "{report:#}");
+    let report = cases_beside("scaffolds/newPython.wasm").await;
     assert_eq!(report["passed"], 2, "{report:#}");
 }
