@@ -28,6 +28,8 @@ struct Faults {
     skill: &'static str,
     /// The run's error when the steps raise `Error("the steps gave up")`.
     raised: &'static str,
+    /// How the stderr a trap tells begins when `run` throws past the SDK.
+    uncaught: &'static str,
 }
 
 const LANGUAGES: [Faults; 2] = [
@@ -35,11 +37,13 @@ const LANGUAGES: [Faults; 2] = [
         file: "fixtures/py-faults.wasm",
         skill: "pyFaults",
         raised: "ValueError: the steps gave up",
+        uncaught: "Traceback (most recent call last):",
     },
     Faults {
         file: "fixtures/js-faults.wasm",
         skill: "jsFaults",
         raised: "Error: the steps gave up",
+        uncaught: "expected a string, received [object]",
     },
 ];
 
@@ -184,6 +188,13 @@ async fn exceptions_and_tool_errors_reach_the_caller_as_errors_in_either_languag
             handed.outcome
         );
 
+        // Past the SDK, the interpreter writes why to stderr and traps.
+        let uncaught = run(json!({"fault": "uncaught"})).await.unwrap_err();
+        assert!(
+            matches!(&uncaught, InvokeError::Trap { message, .. }
+                if message.contains(&format!("the last it wrote to stderr: {}", language.uncaught))),
+            "{uncaught:?}"
+        );
         let printed = run(json!({"fault": "print"})).await.unwrap();
         assert_eq!(printed.outcome, RunOutcome::Done(json!({"printed": true})));
     }

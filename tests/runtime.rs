@@ -283,6 +283,21 @@ async fn panicking_guest_traps_and_the_host_carries_on() {
     );
 }
 
+/// Regression: a guest built without the SDK (a wasm32-wasip2 program, an
+/// interpreted skill's raw bindings) logs nothing before it traps; what it
+/// wrote to stderr, the reason, reached only the host's log at warn.
+#[tokio::test]
+async fn trap_of_a_guest_that_logged_no_error_tells_the_last_it_wrote_to_stderr() {
+    let error = assert_stopped_by("wasi-crasher", json!({}), Limits::default(), None).await;
+    assert_eq!(
+        error.to_string(),
+        "skill `wasiCrasher` trapped: wasm trap: wasm `unreachable` instruction executed; the \
+         last it wrote to stderr: looking up the first order\\nTraceback (most recent call \
+         last):\\n  File \"app.py\", line 9, in run\\n    order = orders[0]\\nIndexError: list \
+         index out of range"
+    );
+}
+
 #[tokio::test]
 async fn infinite_loop_is_stopped_by_the_execution_time_limit() {
     let error = assert_stopped_by(

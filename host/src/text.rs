@@ -93,6 +93,32 @@ impl fmt::Write for Escaped {
     }
 }
 
+/// The end of `text` in whole lines, as many as fit in `max_bytes` but
+/// at least the last, without blank lines before or after; `None` when
+/// every line is blank. What a program writes last before it fails is
+/// usually why (a panic's message, an exception after its traceback).
+pub(crate) fn last_lines(text: &str, max_bytes: usize) -> Option<&str> {
+    let text = text.trim_end();
+    // Where each line starts, the last line's first.
+    let mut starts = text.rmatch_indices('\n').map(|(at, _)| at + 1);
+    let last = starts.next().unwrap_or(0);
+    let start = if text.len() <= max_bytes {
+        0
+    } else {
+        starts
+            .take_while(|start| text.len() - start <= max_bytes)
+            .last()
+            .unwrap_or(last)
+    };
+    let mut tail = &text[start..];
+    while let Some((blank, rest)) = tail.split_once('\n')
+        && blank.trim().is_empty()
+    {
+        tail = rest;
+    }
+    (!tail.is_empty()).then_some(tail)
+}
+
 /// An error and its sources, `": "`-separated: an HTTP client's own message
 /// ("error sending request") rarely says what went wrong; the causes name
 /// the refused connection, the failed lookup or the timeout.
@@ -151,6 +177,24 @@ mod tests {
         let shown = escaped(&controls, OUTSIDE_TEXT_BYTES);
         assert!(!shown.contains('\n'));
         assert!(shown.len() < OUTSIDE_TEXT_BYTES + 32, "{}", shown.len());
+    }
+
+    #[test]
+    fn the_last_lines_are_whole_lines_within_the_budget_but_at_least_one() {
+        let written = "starting\nTraceback:\n  File \"app.py\", line 9\nIndexError: 0\n\n";
+        assert_eq!(
+            last_lines(written, 1024),
+            Some("starting\nTraceback:\n  File \"app.py\", line 9\nIndexError: 0")
+        );
+        assert_eq!(
+            last_lines(written, 40),
+            Some("  File \"app.py\", line 9\nIndexError: 0")
+        );
+        assert_eq!(last_lines(written, 5), Some("IndexError: 0"));
+        let long = format!("first\n{}", "é".repeat(100));
+        assert_eq!(last_lines(&long, 10), Some(&long[6..]));
+        assert_eq!(last_lines(" \n\n \t\n", 1024), None);
+        assert_eq!(last_lines("", 1024), None);
     }
 
     #[test]

@@ -128,7 +128,9 @@ pub enum InvokeError {
     MalformedResult { skill: SkillName, message: String },
     /// `message` says why: the trap (`wasm trap: wasm `unreachable`
     /// instruction executed`), and the last line the guest logged at error
-    /// level before it, where a Rust guest's panic hook puts the panic.
+    /// level before it, where a Rust guest's panic hook puts the panic (or,
+    /// if it logged none, the last lines it wrote to stderr, where a guest
+    /// built without the SDK puts its panic or uncaught exception).
     /// `backtrace` is wasmtime's, whose frames name functions the guest
     /// chose (escaped): for the log, not for the caller or a model.
     #[error("skill `{skill}` trapped: {message}")]
@@ -158,6 +160,11 @@ pub struct HostState {
     /// The last line the guest logged at error level, escaped and cut:
     /// told with a trap, since it is usually the reason (a panic's message).
     last_error: Option<String>,
+    /// The last lines the guest wrote to stderr, escaped and cut: told with
+    /// a trap when it logged no error, since a guest built without the SDK
+    /// writes its reason there (a wasm32-wasip2 program's panic message, an
+    /// interpreter's uncaught exception) and then traps.
+    stderr_tail: Option<String>,
     /// The limit that ended the invocation, if one did.
     limit_hit: Option<(Limit, String)>,
     /// The tool whose call suspended the invocation, if one did.
@@ -173,6 +180,10 @@ const HOSTCALL_SLACK_BYTES: usize = 64 << 10;
 /// The longest tool name (the function-name rule's); a longer name a guest
 /// asks for is kept clipped, as no tool can have it.
 const TOOL_NAME_BYTES: usize = 64;
+/// The most of the end of stderr told with a trap, in whole lines: a Rust
+/// panic's message or a Python traceback's innermost frames are a few
+/// hundred bytes.
+const STDERR_TAIL_BYTES: usize = 1 << 10;
 /// Table elements a guest may grow to: a pointer each, so 8 MiB at most.
 const TABLE_ELEMENTS: usize = 1 << 20;
 
@@ -192,6 +203,7 @@ impl HostState {
             memory_bytes: 0,
             log_lines: 0,
             last_error: None,
+            stderr_tail: None,
             limit_hit: None,
             suspended_at: None,
             tool_calls: Vec::new(),
@@ -294,6 +306,9 @@ impl HostState {
                 if let Some(said) = self.last_error.take() {
                     message.push("; the last error it logged: ");
                     message.push(&said);
+                } else if let Some(wrote) = self.stderr_tail.take() {
+                    message.push("; the last it wrote to stderr: ");
+                    message.push(&wrote);
                 }
                 InvokeError::Trap {
                     skill,
@@ -348,7 +363,12 @@ impl HostState {
             ("stderr", types::LogLevel::Warn, &wasi.stderr),
         ] {
             let captured = output.take();
-            for line in String::from_utf8_lossy(&captured.kept).lines() {
+            let written = String::from_utf8_lossy(&captured.kept);
+            if stream == "stderr" {
+                self.stderr_tail = text::last_lines(&written, STDERR_TAIL_BYTES)
+                    .map(|tail| text::escaped(tail, OUTSIDE_TEXT_BYTES).into_owned());
+            }
+            for line in written.lines() {
                 self.log_line(level, line);
             }
             if captured.dropped > 0 {

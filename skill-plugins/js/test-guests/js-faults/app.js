@@ -3,7 +3,7 @@
 
 import { ToolError, callTool, defineSkill, handover, log } from './skillhost_skill.js';
 
-export const { manifest, instructions, run } = defineSkill({
+const skill = defineSkill({
   name: 'jsFaults',
   version: '0.1.0',
   description:
@@ -62,3 +62,15 @@ export const { manifest, instructions, run } = defineSkill({
     }
   },
 });
+
+export const { manifest, instructions } = skill;
+
+// What a guest written without the SDK does: componentize-js takes what
+// `run` throws as its result's error, which must be a string, so an Error
+// traps (saying why on stderr).
+export function run(input) {
+  if (JSON.parse(input).fault === 'uncaught') {
+    throw new Error('nothing caught this');
+  }
+  return skill.run(input);
+}

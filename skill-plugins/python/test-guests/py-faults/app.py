@@ -1,6 +1,7 @@
 """`pyFaults`: a Python guest that goes wrong in the way its input asks,
 for the tests of the Python SDK and of the sandbox around an interpreter."""
 
+import json
 import os
 import time
 
@@ -60,4 +61,10 @@ def run(input):
     raise ValueError(f"no fault named {fault!r}")
 
 
-WitWorld = skill.world()
+class WitWorld(skill.world()):
+    def run(self, input):
+        # What a guest written without the SDK does: its exception is not
+        # caught, and componentize-py prints it to stderr and traps.
+        if json.loads(input)["fault"] == "uncaught":
+            raise LookupError("nothing caught this")
+        return super().run(input)
