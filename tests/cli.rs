@@ -2606,6 +2606,89 @@ async fn serve_reads_the_agent_settings_again_at_sighup() {
     assert_eq!((offered(0), offered(1)), (false, true));
 }
 
+/// `[sandbox]` limits changed in the config file take effect at SIGHUP, for
+/// the invocations that start after; a memory limit changed is said to wait
+/// for a restart, and the other limits take effect without it.
+#[tokio::test]
+async fn serve_reads_the_sandbox_limits_again_at_sighup() {
+    let work = Workdir::new();
+    let command = work.configured_command(
+        "[sandbox.skills.inquireOrderStatus]\noutput_bytes = 16\n",
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let inquire = async || {
+        let response = reqwest::Client::new()
+            .post(format!("{base}/v1/skills/inquireOrderStatus/invoke"))
+            .json(&json!({"orderId": "88231"}))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json::<Value>().await.unwrap())
+    };
+    let limits = async || {
+        let response = reqwest::get(format!("{base}/v1/skills/inquireOrderStatus")).await;
+        let skill: Value = response.unwrap().json().await.unwrap();
+        skill["limits"].clone()
+    };
+    let (status, body) = inquire().await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("hit its output-size limit"),
+        "{body}"
+    );
+    assert_eq!(limits().await["output_bytes"], 16);
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[sandbox]\nmemory_mib = 32\n\n[sandbox.skills.inquireOrderStatus]\ntool_calls = 4\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "[sandbox] limits read again from").await;
+    let said = said_next(&mut stderr, "takes effect only at a restart").await;
+    assert!(
+        said.contains(
+            "[sandbox] memory_mib, [sandbox.skills.inquireOrderStatus] memory_mib changed since \
+             the start"
+        ),
+        "{said}"
+    );
+    let (status, body) = inquire().await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    let in_force = limits().await;
+    assert_eq!(
+        (&in_force["output_bytes"], &in_force["tool_calls"]),
+        (&json!(1 << 20), &json!(4))
+    );
+    assert_eq!(
+        in_force["memory_bytes"],
+        64 << 20,
+        "memory waits for a restart"
+    );
+
+    // Limits that do not check keep those in force.
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[sandbox]\nexecution_time_ms = 0\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    let said = said_next(&mut stderr, "the limits in force stay").await;
+    assert!(said.contains("execution_time_ms"), "{said}");
+    assert_eq!(limits().await["tool_calls"], 4);
+}
+
 /// `[llm]` changed in the config file takes effect at SIGHUP: the next
 /// conversation goes to the model it names, `/v1/models` names it; a URL
 /// that does not parse keeps the LLM in force; with no model, there is no
@@ -3639,14 +3722,11 @@ async fn serve_reads_its_http_tools_again_at_sighup() {
     assert_eq!(who_am_i().await, "Who the CRM sees.");
 
     let changed = http_tool("whoAmI", "Who the CRM sees now.", "desk");
-    reconfigure(format!("{changed}\n[sandbox]\nexecution_time_ms = 5000\n")).await;
+    reconfigure(format!("{changed}\n[sandbox]\nmax_instances = 4\n")).await;
     let said = said_next(&mut stderr, "HTTP tools read again").await;
     assert!(said.contains("changed whoAmI; 0 skill file(s)"), "{said}");
     let said = said_next(&mut stderr, "takes effect only at a restart").await;
-    assert!(
-        said.contains("[sandbox] execution_time_ms changed"),
-        "{said}"
-    );
+    assert!(said.contains("[sandbox] max_instances changed"), "{said}");
     assert_eq!(who_am_i().await, "Who the CRM sees now.");
 
     reconfigure(String::new()).await;

@@ -767,6 +767,68 @@ async fn a_skills_own_limits_replace_the_defaults_for_it_alone() {
     assert!(matches!(report.outcome, RunOutcome::Done(_)));
 }
 
+/// Limits replaced on a running runtime hold the invocations that start
+/// after, of skills already loaded; new limits that would change a memory
+/// limit (which sized the pool and decided what loads) change nothing.
+#[tokio::test]
+async fn limits_replaced_at_run_time_hold_the_next_invocations_but_memory_stays() {
+    let host = DemoHost::new();
+    let refund = host.load(&skill_file("processRefund")).await;
+    let inquire = host.load(&skill_file("inquireOrderStatus")).await;
+    let order = json!({ "orderId": "88231" });
+    assert!(inquire.run(&order, host.tools.clone()).await.is_ok());
+
+    let tight = Limits {
+        output_bytes: 16,
+        ..Limits::default()
+    };
+    let inquire_name = inquire.name().clone();
+    host.runtime
+        .replace_limits(Limits::default(), [(inquire_name.clone(), tight)].into())
+        .unwrap();
+    assert_eq!(inquire.limits(), tight);
+    assert_eq!(refund.limits(), Limits::default());
+    let error = inquire.run(&order, host.tools.clone()).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            InvokeError::LimitExceeded {
+                limit: Limit::Output,
+                ..
+            }
+        ),
+        "{error}"
+    );
+
+    let more_memory = Limits {
+        memory_bytes: 128 << 20,
+        ..Limits::default()
+    };
+    for (limits, skill_limits) in [
+        (more_memory, [].into()),
+        (
+            Limits::default(),
+            [(inquire_name.clone(), more_memory)].into(),
+        ),
+    ] {
+        let refused = host.runtime.replace_limits(limits, skill_limits);
+        let error = refused.expect_err("a memory limit is fixed");
+        assert!(
+            error.to_string().contains(
+                "would change from 64 MiB to 128 MiB, which takes effect only at a restart"
+            ),
+            "{error}"
+        );
+        assert_eq!(inquire.limits(), tight, "nothing changed");
+    }
+
+    host.runtime
+        .replace_limits(Limits::default(), [].into())
+        .unwrap();
+    assert_eq!(inquire.limits(), Limits::default());
+    assert!(inquire.run(&order, host.tools.clone()).await.is_ok());
+}
+
 /// A skill answering `{"ok":true}` from `extra_memories` more core
 /// instances than its own, each with a memory.
 fn skill_with_extra_memories(name: &str, extra_memories: usize) -> Vec<u8> {

@@ -1,19 +1,22 @@
 //! SIGHUP: `serve` and `mcp` read again what they were started from,
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the config file (its HTTP tools, MCP
-//! servers, agent settings, confirmation policy, LLM and key scopes take
-//! effect; any other setting changed is said to wait for a restart), the
+//! servers, agent settings, confirmation policy, LLM, key scopes and
+//! sandbox limits but memory take effect; any other setting changed is said
+//! to wait for a restart), the
 //! trust store (a key added, rotated or revoked), the tools of the MCP
 //! servers (one at a url may not be able to say that theirs changed), the
 //! skills directory (for changes hot reload did not report, or a host
 //! running without it), and then what the command reads besides (serve:
 //! its API keys file and the config file's API key scopes).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use skillhost::agent::llm::ConfigError;
 use skillhost::embed::SkillHost;
-use skillhost::skills::ReloadOutcome;
+use skillhost::runtime::{Limits, RuntimeConfig};
+use skillhost::skills::{ReloadOutcome, SkillName};
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::http::HttpToolConfig;
 use skillhost::tools::mcp::McpServerConfig;
@@ -24,15 +27,21 @@ use crate::cli::trust::Trust;
 
 /// The settings of the config file every long-running command reads again
 /// at a SIGHUP, by dotted key: its HTTP tools and MCP servers, the agent's
-/// settings, its confirmation policy and its LLM, and its key scopes.
-const FOLLOWED: [&str; 6] = [
+/// settings, its confirmation policy and its LLM, its key scopes, and the
+/// sandbox's limits (the memory limits but said to wait for a restart).
+const FOLLOWED: [&str; 7] = [
     "tools",
     "mcp_servers",
     "agent",
     "confirmation",
     "llm",
     "trust.scopes",
+    "sandbox",
 ];
+
+/// Settings under those [`FOLLOWED`] that take effect only at a restart:
+/// the size of the instance pool.
+const RESTART_ONLY: [&str; 1] = ["sandbox.max_instances"];
 
 /// The config file of a long-running command, as a SIGHUP reads it again.
 pub(super) struct FollowedConfig {
@@ -90,17 +99,20 @@ impl FollowedConfig {
         // After the tools: the settings may name a tool just added.
         self.replace_agent_config(host, &file);
         self.replace_llm(host, &file);
+        let memory_waiting = self.replace_limits(host, &file);
         let followed = FOLLOWED.iter().chain(self.also_followed);
         let followed: Vec<&str> = followed.copied().collect();
         let waiting: Vec<String> = file
             .changed_settings(&self.started)
             .into_iter()
             .filter(|(key, _)| {
-                !followed
-                    .iter()
-                    .any(|followed| key == followed || key.starts_with(&format!("{followed}.")))
+                RESTART_ONLY.contains(&key.as_str())
+                    || !followed
+                        .iter()
+                        .any(|followed| key == followed || key.starts_with(&format!("{followed}.")))
             })
             .map(|(_, shown)| shown)
+            .chain(memory_waiting)
             .collect();
         if !waiting.is_empty() {
             console::warn(&format!(
@@ -204,6 +216,80 @@ impl FollowedConfig {
             )),
         };
         reloaded(host, "agent", said);
+    }
+
+    /// Puts `file`'s `[sandbox]` limits in force for the invocations that
+    /// start from now on, when they differ from those in force. A memory
+    /// limit stays as it was (it sizes the instance pool): returned, each
+    /// changed one as `[sandbox] memory_mib` or `[sandbox.skills.NAME]
+    /// memory_mib` would show it, to be said to wait for a restart. Limits
+    /// that do not check keep those in force, saying why.
+    fn replace_limits(&self, host: &SkillHost, file: &ConfigFile) -> Vec<String> {
+        let asked = match file.runtime_config(RuntimeConfig::default()) {
+            Ok(asked) => asked,
+            Err(error) => {
+                let why = format!(
+                    "{}: {error:#}; the limits in force stay",
+                    self.path.display()
+                );
+                reloaded(host, "sandbox", Err(why));
+                return Vec::new();
+            }
+        };
+        let in_force = host.skills().runtime().config();
+        let mut memory_waiting = Vec::new();
+        let mut fixed_memory = |asked: Limits, in_force: Limits, shown: String| {
+            if asked.memory_bytes != in_force.memory_bytes {
+                memory_waiting.push(shown);
+            }
+            Limits {
+                memory_bytes: in_force.memory_bytes,
+                ..asked
+            }
+        };
+        let limits = fixed_memory(
+            asked.limits,
+            in_force.limits,
+            "[sandbox] memory_mib".to_owned(),
+        );
+        // A skill whose table went keeps its memory limit too.
+        let named: BTreeSet<&SkillName> = asked
+            .skill_limits
+            .keys()
+            .chain(in_force.skill_limits.keys())
+            .collect();
+        let skill_limits: BTreeMap<SkillName, Limits> = named
+            .into_iter()
+            .filter_map(|name| {
+                let shown = format!("[sandbox.skills.{name}] memory_mib");
+                let own = asked.limits_for(name);
+                let fixed = fixed_memory(own, in_force.limits_for(name), shown);
+                let kept = asked.skill_limits.contains_key(name) || fixed != limits;
+                kept.then(|| (name.clone(), fixed))
+            })
+            .collect();
+        if (limits, &skill_limits) == (in_force.limits, &in_force.skill_limits) {
+            return memory_waiting;
+        }
+        match host.replace_limits(limits, skill_limits) {
+            Ok(()) => {
+                let said = format!(
+                    "[sandbox] limits read again from {}: in force for the invocations that \
+                     start from now on",
+                    self.path.display()
+                );
+                reloaded(host, "sandbox", Ok(said));
+                super::warn_of_limits_for_absent_skills(file, &host.snapshot());
+            }
+            Err(error) => {
+                let why = format!(
+                    "[sandbox] in {}: {error}; the limits in force stay",
+                    self.path.display()
+                );
+                reloaded(host, "sandbox", Err(why));
+            }
+        }
+        memory_waiting
     }
 
     /// Sets the LLM up again from `file`'s `[llm]` (the environment still

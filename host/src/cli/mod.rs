@@ -440,7 +440,7 @@ fn report_skills(host: &SkillHost, hot_reload: bool, file: &ConfigFile) {
 
 /// Warns of the skills `[sandbox.skills]` sets limits for that are not
 /// among `loaded`: a misspelt name would leave its skill on the defaults.
-fn warn_of_limits_for_absent_skills(file: &ConfigFile, loaded: &SkillSnapshot) {
+pub(super) fn warn_of_limits_for_absent_skills(file: &ConfigFile, loaded: &SkillSnapshot) {
     let absent: Vec<&str> = file
         .skills_with_limits()
         .filter(|name| loaded.get(name).is_none())

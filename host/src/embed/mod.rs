@@ -72,7 +72,7 @@ use crate::agent::{
     PendingConfirmation, ResumedRun, RunHandle, RunOptions, RunOutput, RunStore, RunStoreError,
     SkillOutput, UnknownPolicyTool,
 };
-use crate::runtime::{Limits, Runtime, RuntimeConfig};
+use crate::runtime::{Limits, MemoryLimitFixed, Runtime, RuntimeConfig};
 use crate::skills::registry::RegistryError;
 use crate::skills::signature::SignaturePolicy;
 use crate::skills::watcher::WatchError;
@@ -679,6 +679,24 @@ impl SkillHost {
         self.inner.observers.trust(&trust);
         let reloads = self.inner.skills.replace_policy(policy).await;
         PolicyReplaced { trust, reloads }
+    }
+
+    /// Puts new limits in place of those skills' invocations start with —
+    /// the defaults ([`SkillHostBuilder::limits`]) and those of particular
+    /// skills ([`SkillHostBuilder::skill_limits`]) — without a restart
+    /// ([`Runtime::replace_limits`]): every invocation from now on gets
+    /// them; one under way keeps its own. Memory limits are fixed when the
+    /// host is built: new limits that change one are refused, and nothing
+    /// changes.
+    pub fn replace_limits(
+        &self,
+        limits: Limits,
+        skill_limits: BTreeMap<SkillName, Limits>,
+    ) -> Result<(), MemoryLimitFixed> {
+        self.inner
+            .skills
+            .runtime()
+            .replace_limits(limits, skill_limits)
     }
 
     /// The tools as of now ([`SkillRegistry::tools`]).

@@ -29,9 +29,7 @@ pub enum LoadError {
     /// The component's memories start larger than the sandbox lets an
     /// invocation of it have ([`Limits::memory_bytes`]): than any skill may
     /// have, refused when compiled; than this skill may have
-    /// ([`RuntimeConfig::limits_for`]), once its manifest names it.
-    ///
-    /// [`RuntimeConfig::limits_for`]: super::RuntimeConfig::limits_for
+    /// ([`Runtime::limits_for`]), once its manifest names it.
     #[error(
         "the component's memory starts at {}, more than the {} the sandbox allows an \
          invocation (its memory limit)",
@@ -62,8 +60,6 @@ struct SkillInner {
     digest: String,
     input_validator: jsonschema::Validator,
     allowed_tools: Arc<[String]>,
-    /// Each invocation's, as the runtime's config gives them for this name.
-    limits: Limits,
     pre: SkillPre<HostState>,
     /// Whether the guest can wait inside WASI, where the epoch deadline
     /// cannot stop it (see [`within_guest_time`]).
@@ -120,7 +116,7 @@ impl SkillComponent {
         if !manifest.has_steps && instructions.trim().is_empty() {
             return Err(LoadError::EmptyInstructions(manifest.name));
         }
-        let limits = runtime.config().limits_for(&manifest.name);
+        let limits = runtime.limits_for(&manifest.name);
         if description.initial_memory > limits.memory_bytes {
             return Err(LoadError::MemoryLimit {
                 needs: description.initial_memory as u64,
@@ -135,7 +131,6 @@ impl SkillComponent {
                 digest,
                 input_validator,
                 allowed_tools,
-                limits,
                 pre,
                 imports_wasi,
                 runtime: runtime.clone(),
@@ -159,11 +154,10 @@ impl SkillComponent {
         &self.inner.digest
     }
 
-    /// The limits of each invocation of this skill
-    /// ([`RuntimeConfig::limits_for`](super::RuntimeConfig::limits_for) its
-    /// name, when it loaded).
+    /// The limits of each invocation of this skill starting now
+    /// ([`Runtime::limits_for`] its name).
     pub fn limits(&self) -> Limits {
-        self.inner.limits
+        self.inner.runtime.limits_for(self.name())
     }
 
     /// Checks `input` against the manifest's parameters schema.

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use arc_swap::ArcSwap;
 use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, Semaphore, SemaphorePermit};
 use wasmtime::component::Linker;
@@ -176,6 +177,24 @@ pub enum RuntimeConfigError {
     },
 }
 
+/// Why [`Runtime::replace_limits`] changed nothing: the new limits change a
+/// memory limit, which is fixed when the runtime is created.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the memory limit{of} would change from {fixed_mib} MiB to {asked_mib} MiB, which takes \
+     effect only at a restart (it sizes the instance pool)",
+    of = skill.as_ref().map(|skill| format!(" of skill `{skill}`")).unwrap_or_default(),
+    fixed_mib = fixed >> 20,
+    asked_mib = asked >> 20
+)]
+pub struct MemoryLimitFixed {
+    /// The skill whose limit would change; `None` for the default.
+    pub skill: Option<SkillName>,
+    /// Bytes asked for, and the limit in force.
+    pub asked: usize,
+    pub fixed: usize,
+}
+
 /// The shared sandbox: engine, linker and epoch ticker. Cheap to clone.
 #[derive(Clone)]
 pub struct Runtime {
@@ -185,7 +204,9 @@ pub struct Runtime {
 struct RuntimeInner {
     engine: Engine,
     linker: Linker<HostState>,
-    config: RuntimeConfig,
+    /// Swapped whole when the limits change ([`Runtime::replace_limits`]);
+    /// every other setting, and every memory limit, stays as created.
+    config: ArcSwap<RuntimeConfig>,
     /// One permit per pooled instance slot: held from before a store is
     /// created until after it is dropped, so instantiation never finds the
     /// pool's instance slots full.
@@ -259,7 +280,7 @@ impl Runtime {
                 slots: Semaphore::new(config.max_concurrent_instances as usize),
                 released: Notify::new(),
                 waiting: AtomicUsize::new(0),
-                config,
+                config: ArcSwap::from_pointee(config),
                 cache,
             }),
         })
@@ -269,8 +290,55 @@ impl Runtime {
         &self.inner.engine
     }
 
-    pub fn config(&self) -> &RuntimeConfig {
-        &self.inner.config
+    /// The settings in force: those the runtime was created with, and the
+    /// limits last put in place ([`Self::replace_limits`]).
+    pub fn config(&self) -> Arc<RuntimeConfig> {
+        self.inner.config.load_full()
+    }
+
+    /// The limits of each invocation of the skill `name` now
+    /// ([`RuntimeConfig::limits_for`]).
+    pub fn limits_for(&self, name: &SkillName) -> Limits {
+        self.inner.config.load().limits_for(name)
+    }
+
+    /// Puts `limits` and `skill_limits` in place of
+    /// [`RuntimeConfig::limits`] and [`RuntimeConfig::skill_limits`], for
+    /// every invocation that starts from now on (one under way keeps its
+    /// own). Memory limits stay as created: they size the pool's slots and
+    /// decided which skills could load, so new limits that change any
+    /// skill's memory limit are refused and nothing changes.
+    pub fn replace_limits(
+        &self,
+        limits: Limits,
+        skill_limits: BTreeMap<SkillName, Limits>,
+    ) -> Result<(), MemoryLimitFixed> {
+        let current = self.inner.config.load();
+        let next = RuntimeConfig {
+            limits,
+            skill_limits,
+            ..RuntimeConfig::clone(&current)
+        };
+        if next.limits.memory_bytes != current.limits.memory_bytes {
+            return Err(MemoryLimitFixed {
+                skill: None,
+                asked: next.limits.memory_bytes,
+                fixed: current.limits.memory_bytes,
+            });
+        }
+        let names = current.skill_limits.keys().chain(next.skill_limits.keys());
+        for name in names {
+            let (fixed, asked) = (current.limits_for(name), next.limits_for(name));
+            if asked.memory_bytes != fixed.memory_bytes {
+                return Err(MemoryLimitFixed {
+                    skill: Some(name.clone()),
+                    asked: asked.memory_bytes,
+                    fixed: fixed.memory_bytes,
+                });
+            }
+        }
+        self.inner.config.store(Arc::new(next));
+        Ok(())
     }
 
     /// Hits and misses of the compilation cache so far; `None` when the
@@ -295,7 +363,7 @@ impl Runtime {
             Ok(permit) => permit,
             Err(_) => {
                 tracing::debug!(
-                    slots = self.inner.config.max_concurrent_instances,
+                    slots = self.inner.config.load().max_concurrent_instances,
                     "every instance slot is in use; waiting for one"
                 );
                 let _waiting = self.count_waiting();
@@ -344,7 +412,7 @@ impl Runtime {
 
     /// How the instance pool is used right now.
     pub fn instance_slots(&self) -> InstanceSlots {
-        let total = self.inner.config.max_concurrent_instances as usize;
+        let total = self.inner.config.load().max_concurrent_instances as usize;
         InstanceSlots {
             total,
             in_use: total - self.inner.slots.available_permits(),

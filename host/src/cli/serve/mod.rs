@@ -37,8 +37,8 @@ const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
     after_help = "Routes: POST /v1/chat/completions (OpenAI-compatible; needs an LLM), \
     POST /v1/confirmations/{id}, GET /v1/confirmations/{id}, GET /v1/runs/{id}, GET /v1/models, GET /v1/skills, \
     GET /v1/skills/{name}, POST /v1/skills/{name}/invoke, POST and GET /mcp (MCP); admin: GET /v1/events, GET /v1/confirmations, GET /v1/tools, GET /metrics; \
-    open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, [agent], [confirmation], [llm], key scopes and API keys' scopes take \
-    effect; it names any other setting changed, which waits for a restart), the trust store (unloading skills \
+    open: GET /healthz.\n\nSIGHUP reads the config file again (its HTTP tools, [agent], [confirmation], [llm], [sandbox] limits but memory, key scopes and \
+    API keys' scopes take effect; it names any other setting changed, which waits for a restart), the trust store (unloading skills \
     no longer admitted), lists the MCP servers' tools again, rescans the skills directory and reads the API keys file again, without the restart that would \
     withdraw the runs waiting for an answer (unless --runs-dir keeps them). `serve --check` tells beforehand \
     whether a start with the same flags would serve.\n\nThe LLM is any OpenAI-compatible server: set SKILLHOST_MODEL, \
