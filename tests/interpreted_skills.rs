@@ -137,10 +137,13 @@ async fn a_javascript_skill_reads_back_and_its_steps_call_its_tools() {
     };
     assert_eq!(checkup["devices_checked"], 2);
     assert_eq!(checkup["attention"][0]["nickname"], "Bedroom plug");
+    let vacuum = &checkup["attention"][1];
     assert_eq!(
-        checkup["attention"][1]["findings"][0],
+        vacuum["findings"][0],
         "Living room vacuum reports error E05: main brush blocked"
     );
+    let cause = vacuum["likely_causes"][0]["cause"].as_str().unwrap();
+    assert!(cause.starts_with("Error E05"), "{cause}");
 }
 
 #[tokio::test]

@@ -937,6 +937,21 @@ mod tests {
                 .unwrap()
                 .contains("dustbin")
         );
+        // The error the vacuum reports, as deviceCheckup passes it on.
+        let diagnosis = registry
+            .call(
+                "diagnose_device",
+                json!({"device": "D-S10-7781", "symptom": "E05: main brush blocked"}),
+            )
+            .await
+            .unwrap();
+        assert!(
+            diagnosis["likely_causes"][0]["cause"]
+                .as_str()
+                .unwrap()
+                .starts_with("Error E05"),
+            "{diagnosis}"
+        );
         let message = rejection(
             registry
                 .call(
