@@ -22,6 +22,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
+use arc_swap::ArcSwapOption;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use tokio::sync::{oneshot, watch};
@@ -67,6 +68,14 @@ pub struct PendingConfirmation {
     /// When it expires unanswered (an HTTP date when serialized).
     #[serde(serialize_with = "http_date")]
     pub expires_at: SystemTime,
+}
+
+impl PendingConfirmation {
+    /// Who may approve it, as `policy` says.
+    fn hold_to(&mut self, policy: &ConfirmationPolicy) {
+        self.separate_approver = policy.separate_approver;
+        self.approvers = policy.approvers_of(&self.tool).cloned();
+    }
 }
 
 /// A confirmation that no longer waits, and how it ended
@@ -258,6 +267,12 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Confirmations {
     slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
+    /// The policy [`Self::hold_to`] last put in force, if any, who may
+    /// approve is taken from for every confirmation opened after it. Read
+    /// and set with `slots` locked: a confirmation opened by a run that
+    /// read the policy just before a new one came in is held to the new
+    /// one, whichever of the two takes the lock first.
+    held_to: Arc<ArcSwapOption<ConfirmationPolicy>>,
     /// The latest to stop waiting; locked after `slots` whenever both are.
     resolved: Arc<Mutex<Resolved>>,
     /// The runs these confirmations belong to, and which of them wait.
@@ -412,10 +427,10 @@ impl Confirmations {
     /// who may approve each is what it says now. An approver taken off the
     /// list can no longer approve what waits; their expiry stays.
     pub(super) fn hold_to(&self, policy: &ConfirmationPolicy) {
-        for slot in self.lock().values_mut() {
-            let pending = &mut slot.pending;
-            pending.separate_approver = policy.separate_approver;
-            pending.approvers = policy.approvers_of(&pending.tool).cloned();
+        let mut slots = self.lock();
+        self.held_to.store(Some(Arc::new(policy.clone())));
+        for slot in slots.values_mut() {
+            slot.pending.hold_to(policy);
         }
     }
 
@@ -477,10 +492,14 @@ impl Confirmations {
     }
 
     /// Holds `pending` until it is answered, or `expiry` from now.
-    fn insert(&self, pending: PendingConfirmation, expiry: Duration) -> Ticket {
+    fn insert(&self, mut pending: PendingConfirmation, expiry: Duration) -> Ticket {
         let (answer, receiver) = oneshot::channel();
         let argument_bytes = pending.arguments.to_string().len();
-        self.lock().insert(
+        let mut slots = self.lock();
+        if let Some(policy) = &*self.held_to.load() {
+            pending.hold_to(policy);
+        }
+        slots.insert(
             pending.id.clone(),
             Slot {
                 pending: pending.clone(),
@@ -979,6 +998,21 @@ mod tests {
             matches!(refused, Err(ConfirmError::NotAnApprover { .. })),
             "{refused:?}"
         );
+        approve_the_one_pending(&store, ticket, "finance").await;
+    }
+
+    /// Regression: a run that read the policy just before a new one came
+    /// in opened its confirmation after the new one was put in force, and
+    /// kept the approvers of the policy it read.
+    #[tokio::test]
+    async fn a_confirmation_opened_under_a_policy_just_replaced_is_held_to_the_new_one() {
+        let store = Confirmations::default();
+        store.hold_to(&ConfirmationPolicy::default().tool_approvers("applyRefund", ["finance"]));
+        // The run's policy: the one in force when it read it.
+        let ticket = open_for(&store, Some("desk"), Duration::from_secs(60), false);
+        let finance = Some(BTreeSet::from(["finance".to_owned()]));
+        assert_eq!(ticket.pending().approvers, finance);
+        assert_eq!(store.pending()[0].approvers, finance);
         approve_the_one_pending(&store, ticket, "finance").await;
     }
 
