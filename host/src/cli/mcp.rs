@@ -328,13 +328,15 @@ impl Server {
         mcp::approval_decision(&answer)
     }
 
-    /// Tells the client whenever the skills change, from now on.
+    /// Tells the client whenever the skills change, from now on. Live
+    /// events only: a client on standard streams never comes back for
+    /// those it missed, so the host keeps none for it.
     fn tell_of_reloads(&self) -> tokio::task::JoinHandle<()> {
-        let mut events = self.host.follow_events(None);
+        let mut events = self.host.subscribe();
         let out = self.out.clone();
         tokio::spawn(async move {
             loop {
-                match ToolsNews::of(&events.recv().await) {
+                match ToolsNews::of_live(&events.recv().await) {
                     ToolsNews::Changed => {
                         let _ = out.send(mcp::list_changed());
                     }

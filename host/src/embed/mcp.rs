@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::oneshot;
 
 use super::{EventId, FeedError, HostEvent, SkillHost};
@@ -40,9 +41,27 @@ impl ToolsNews {
     /// What `received` from a host's event feed means.
     pub fn of(received: &Result<(EventId, HostEvent), FeedError>) -> Self {
         match received {
-            Ok((_, HostEvent::Reload(_))) | Err(FeedError::Missed { .. }) => Self::Changed,
-            Ok(_) => Self::Same,
+            Ok((_, event)) => Self::of_event(event),
+            Err(FeedError::Missed { .. }) => Self::Changed,
             Err(FeedError::Ended) => Self::Ended,
+        }
+    }
+
+    /// What `received` from a subscription to the host's events
+    /// ([`SkillHost::subscribe`]) means: for a client that follows them
+    /// live only, for which the host keeps none.
+    pub fn of_live(received: &Result<HostEvent, RecvError>) -> Self {
+        match received {
+            Ok(event) => Self::of_event(event),
+            Err(RecvError::Lagged(_)) => Self::Changed,
+            Err(RecvError::Closed) => Self::Ended,
+        }
+    }
+
+    fn of_event(event: &HostEvent) -> Self {
+        match event {
+            HostEvent::Reload(_) => Self::Changed,
+            _ => Self::Same,
         }
     }
 }
