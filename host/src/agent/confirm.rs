@@ -267,11 +267,11 @@ struct Slot {
 #[derive(Clone, Default)]
 pub struct Confirmations {
     slots: Arc<Mutex<HashMap<ConfirmationId, Slot>>>,
-    /// The policy [`Self::hold_to`] last put in force, if any, who may
-    /// approve is taken from for every confirmation opened after it. Read
-    /// and set with `slots` locked: a confirmation opened by a run that
-    /// read the policy just before a new one came in is held to the new
-    /// one, whichever of the two takes the lock first.
+    /// The policy last put in force by [`Self::hold_to`], if any: a
+    /// confirmation opened after it takes who may approve from it, not from
+    /// the policy its run read. Set and read with `slots` locked, so one
+    /// opened by a run that read the policy just before a new one came in
+    /// is held to the new one, whichever of the two takes the lock first.
     held_to: Arc<ArcSwapOption<ConfirmationPolicy>>,
     /// The latest to stop waiting; locked after `slots` whenever both are.
     resolved: Arc<Mutex<Resolved>>,

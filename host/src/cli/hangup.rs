@@ -2,13 +2,13 @@
 //! without the restart that would withdraw every run waiting for an answer
 //! (or end an MCP client's session) — the config file (its HTTP tools, MCP
 //! servers, agent settings, confirmation policy, LLM, key scopes and
-//! sandbox limits but memory take effect; any other setting changed is said
-//! to wait for a restart), the
-//! trust store (a key added, rotated or revoked), the tools of the MCP
-//! servers (one at a url may not be able to say that theirs changed), the
-//! skills directory (for changes hot reload did not report, or a host
-//! running without it), and then what the command reads besides (serve:
-//! its API keys file and the config file's API key scopes).
+//! sandbox limits but memory take effect; any other setting changed is
+//! said to wait for a restart), the trust store (a key added, rotated or
+//! revoked), the tools of the MCP servers (one at a url may not be able to
+//! say that theirs changed), the skills directory (for changes hot reload
+//! did not report, or a host running without it), and then what the
+//! command reads besides (serve: its API keys file and the config file's
+//! API key scopes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -313,6 +313,9 @@ impl Runtime {
         limits: Limits,
         skill_limits: BTreeMap<SkillName, Limits>,
     ) -> Result<(), MemoryLimitFixed> {
+        // Every config stored keeps the memory limits it was created with,
+        // so concurrent calls check against the same ones; the last stored
+        // wins.
         let current = self.inner.config.load();
         let next = RuntimeConfig {
             limits,
