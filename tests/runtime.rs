@@ -815,7 +815,7 @@ async fn limits_replaced_at_run_time_hold_the_next_invocations_but_memory_stays(
         let error = refused.expect_err("a memory limit is fixed");
         assert!(
             error.to_string().contains(
-                "would change from 64 MiB to 128 MiB, which takes effect only at a restart"
+                "would change from 64.0 MiB to 128.0 MiB, which takes effect only at a restart"
             ),
             "{error}"
         );

@@ -15,7 +15,7 @@ use super::host::{
     HostState, InvokeError, RunOutcome, RunReport, ToolDispatch, json_text, out_of_guest_time,
     sandboxed_store,
 };
-use super::limits::Limits;
+use super::limits::{Limits, mib};
 use crate::blocking::{off_executor, panic_message};
 use crate::skills::{Manifest, ManifestError, SkillName};
 use crate::tools::ToolRegistry;
@@ -436,11 +436,6 @@ fn largest_initial_memory(bytes: &[u8]) -> Option<u64> {
         }
     }
     largest
-}
-
-/// `bytes` in MiB for a message: `1.4 MiB`.
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }
 
 /// Instantiates `pre` in a fresh store from `new_store` and returns that

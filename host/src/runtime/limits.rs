@@ -103,3 +103,8 @@ impl std::fmt::Display for Limit {
         })
     }
 }
+
+/// `bytes` in MiB for a message: `1.4 MiB`.
+pub(super) fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}

@@ -181,11 +181,11 @@ pub enum RuntimeConfigError {
 /// memory limit, which is fixed when the runtime is created.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the memory limit{of} would change from {fixed_mib} MiB to {asked_mib} MiB, which takes \
-     effect only at a restart (it sizes the instance pool)",
-    of = skill.as_ref().map(|skill| format!(" of skill `{skill}`")).unwrap_or_default(),
-    fixed_mib = fixed >> 20,
-    asked_mib = asked >> 20
+    "the memory limit{of} would change from {} to {}, which takes effect only at a restart (it \
+     sizes the instance pool)",
+    limits::mib(*fixed as u64),
+    limits::mib(*asked as u64),
+    of = skill.as_ref().map(|skill| format!(" of skill `{skill}`")).unwrap_or_default()
 )]
 pub struct MemoryLimitFixed {
     /// The skill whose limit would change; `None` for the default.
