@@ -2649,9 +2649,12 @@ async fn serve_reads_the_sandbox_limits_again_at_sighup() {
     );
     assert_eq!(limits().await["output_bytes"], 16);
 
+    // processRefund's table sets a memory limit of its own; the other
+    // table's skill inherits the default's.
     std::fs::write(
         work.path("skillhost.toml"),
-        "[sandbox]\nmemory_mib = 32\n\n[sandbox.skills.inquireOrderStatus]\ntool_calls = 4\n",
+        "[sandbox]\nmemory_mib = 32\n\n[sandbox.skills.inquireOrderStatus]\ntool_calls = 4\n\n\
+         [sandbox.skills.processRefund]\nmemory_mib = 48\n",
     )
     .unwrap();
     send_signal(&serve, "-HUP").await;
@@ -2659,8 +2662,8 @@ async fn serve_reads_the_sandbox_limits_again_at_sighup() {
     let said = said_next(&mut stderr, "takes effect only at a restart").await;
     assert!(
         said.contains(
-            "[sandbox] memory_mib, [sandbox.skills.inquireOrderStatus] memory_mib changed since \
-             the start"
+            ": [sandbox] memory_mib, [sandbox.skills.processRefund] memory_mib changed since the \
+             start"
         ),
         "{said}"
     );

@@ -221,9 +221,10 @@ impl FollowedConfig {
     /// Puts `file`'s `[sandbox]` limits in force for the invocations that
     /// start from now on, when they differ from those in force. A memory
     /// limit stays as it was (it sizes the instance pool): returned, each
-    /// changed one as `[sandbox] memory_mib` or `[sandbox.skills.NAME]
-    /// memory_mib` would show it, to be said to wait for a restart. Limits
-    /// that do not check keep those in force, saying why.
+    /// changed one as the file names it (`[sandbox] memory_mib`, or
+    /// `[sandbox.skills.NAME] memory_mib` for a skill's own), to be said to
+    /// wait for a restart. Limits that do not check keep those in force,
+    /// saying why.
     fn replace_limits(&self, host: &SkillHost, file: &ConfigFile) -> Vec<String> {
         let asked = match file.runtime_config(RuntimeConfig::default()) {
             Ok(asked) => asked,
@@ -238,20 +239,14 @@ impl FollowedConfig {
         };
         let in_force = host.skills().runtime().config();
         let mut memory_waiting = Vec::new();
-        let mut fixed_memory = |asked: Limits, in_force: Limits, shown: String| {
-            if asked.memory_bytes != in_force.memory_bytes {
-                memory_waiting.push(shown);
-            }
-            Limits {
-                memory_bytes: in_force.memory_bytes,
-                ..asked
-            }
+        if asked.limits.memory_bytes != in_force.limits.memory_bytes {
+            memory_waiting.push("[sandbox] memory_mib".to_owned());
+        }
+        let with_memory_in_force = |asked: Limits, in_force: Limits| Limits {
+            memory_bytes: in_force.memory_bytes,
+            ..asked
         };
-        let limits = fixed_memory(
-            asked.limits,
-            in_force.limits,
-            "[sandbox] memory_mib".to_owned(),
-        );
+        let limits = with_memory_in_force(asked.limits, in_force.limits);
         // A skill whose table went keeps its memory limit too.
         let named: BTreeSet<&SkillName> = asked
             .skill_limits
@@ -261,9 +256,15 @@ impl FollowedConfig {
         let skill_limits: BTreeMap<SkillName, Limits> = named
             .into_iter()
             .filter_map(|name| {
-                let shown = format!("[sandbox.skills.{name}] memory_mib");
-                let own = asked.limits_for(name);
-                let fixed = fixed_memory(own, in_force.limits_for(name), shown);
+                let (own, own_in_force) = (asked.limits_for(name), in_force.limits_for(name));
+                // Named only when its memory limit is its own, before or
+                // after: else `[sandbox] memory_mib` says it.
+                let inherited = own.memory_bytes == asked.limits.memory_bytes
+                    && own_in_force.memory_bytes == in_force.limits.memory_bytes;
+                if own.memory_bytes != own_in_force.memory_bytes && !inherited {
+                    memory_waiting.push(format!("[sandbox.skills.{name}] memory_mib"));
+                }
+                let fixed = with_memory_in_force(own, own_in_force);
                 let kept = asked.skill_limits.contains_key(name) || fixed != limits;
                 kept.then(|| (name.clone(), fixed))
             })
