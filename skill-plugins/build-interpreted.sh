@@ -94,22 +94,21 @@ skillhost=${CARGO_TARGET_DIR:-$repo/target}/debug/skillhost
 
 built=()
 mkdir -p "$staging/scaffolds"
+# The build command `skillhost new` prints, run as printed but for where the
+# tool is (pinned here); its install line must name the version pinned here.
 for lang in python js; do
     name=new${lang^}
-    "$skillhost" new "$name" --lang "$lang" --dir "$staging/new/$name" >/dev/null
-    say "building scaffolds/$name.wasm from skillhost new --lang $lang"
     case $lang in
-        python)
-            "$componentize_py" --quiet --wit-path "$staging/new/$name/wit" --world skill \
-                componentize --python-path "$staging/new/$name" app \
-                --output "$staging/scaffolds/$name.wasm"
-            ;;
-        js)
-            "$componentize_js" "$staging/new/$name/app.js" --wit "$staging/new/$name/wit" \
-                --world-name skill --disable http fetch-event \
-                --out "$staging/scaffolds/$name.wasm" >/dev/null
-            ;;
+        python) pinned="componentize-py==$componentize_py_version"
+                tool="componentize-py" here="$(printf %q "$componentize_py") --quiet" ;;
+        js) pinned="componentize-js@$componentize_js_version"
+            tool="npx componentize-js" here=$(printf %q "$componentize_js") ;;
     esac
+    told=$(cd "$staging/scaffolds" && "$skillhost" new "$name" --lang "$lang" --dir "$staging/new/$name")
+    grep -qF "$pinned" <<<"$told" || die "skillhost new does not tell to install $pinned: $told"
+    build=$(grep -m1 "^  $tool " <<<"$told") || die "skillhost new tells no $tool command: $told"
+    say "building scaffolds/$name.wasm as skillhost new --lang $lang tells"
+    (cd "$staging/scaffolds" && eval "$here ${build#"  $tool "}") >/dev/null
     built+=("scaffolds/$name.wasm")
 done
 for app in "$plugins"/{python,js}/{skills,test-guests}/*/app.{py,js}; do
