@@ -22,10 +22,10 @@ use skillhost::agent::{
 use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
 use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, KeyScopes, Principal};
-use skillhost::runtime::RuntimeConfig;
+use skillhost::runtime::{Limits, RuntimeConfig};
 use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
-use skillhost::skills::{ReloadEvent, ReloadOutcome};
+use skillhost::skills::{ReloadEvent, ReloadOutcome, SkillName};
 use skillhost::tools::demo::{DemoClock, DemoDb, article_000_tools, article_003_tools};
 use skillhost::tools::http::{HttpTool, HttpToolConfig};
 use skillhost::tools::mcp::McpServerConfig;
@@ -1547,6 +1547,79 @@ impl EventStream {
             }
         }
     }
+}
+
+/// Limits replaced on a running host are told on `/v1/events`: those in
+/// force and the skills whose limits changed, a skill named but not loaded
+/// among them. Limits the same as those in force, or refused, tell nothing.
+#[tokio::test]
+async fn replaced_limits_are_told_on_the_event_stream() {
+    let served = Served::start(Setup::default()).await;
+    let events = served.http.get(served.url("/v1/events")).send().await;
+    let mut events = EventStream::new(events.unwrap());
+    let inquire = SkillName::new("inquireOrderStatus").unwrap();
+    let absent = SkillName::new("notLoaded").unwrap();
+    let own = Limits {
+        output_bytes: 4096,
+        ..Limits::default()
+    };
+    let before = [(inquire.clone(), own)];
+    let told = served
+        .host
+        .replace_limits(Limits::default(), before.clone().into());
+    let change = told.unwrap().expect("inquireOrderStatus's limits changed");
+    assert_eq!(change.changed, [inquire]);
+
+    let unchanged = served.host.replace_limits(Limits::default(), before.into());
+    assert_eq!(unchanged.unwrap(), None);
+    let more_memory = Limits {
+        memory_bytes: 128 << 20,
+        ..Limits::default()
+    };
+    let refused = served.host.replace_limits(more_memory, [].into());
+    assert!(refused.is_err(), "a memory limit is fixed");
+    let fewer_calls = Limits {
+        tool_calls: 4,
+        ..Limits::default()
+    };
+    let replaced = served
+        .host
+        .replace_limits(fewer_calls, [(absent, own)].into())
+        .unwrap()
+        .unwrap();
+    // Both loaded skills now inherit 4 tool calls; notLoaded got its own.
+    assert_eq!(
+        replaced
+            .changed
+            .iter()
+            .map(SkillName::as_str)
+            .collect::<Vec<_>>(),
+        ["inquireOrderStatus", "notLoaded", "processRefund"]
+    );
+
+    for expected in [
+        json!({"type": "limits",
+               "limits": {"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": 32,
+                          "output_bytes": 1 << 20, "log_lines": 256},
+               "skill_limits": {"inquireOrderStatus": {"execution_time_ms": 2000,
+                   "memory_bytes": 64 << 20, "tool_calls": 32, "output_bytes": 4096,
+                   "log_lines": 256}},
+               "changed": ["inquireOrderStatus"]}),
+        json!({"type": "limits",
+               "limits": {"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": 4,
+                          "output_bytes": 1 << 20, "log_lines": 256},
+               "skill_limits": {"notLoaded": {"execution_time_ms": 2000,
+                   "memory_bytes": 64 << 20, "tool_calls": 32, "output_bytes": 4096,
+                   "log_lines": 256}},
+               "changed": ["inquireOrderStatus", "notLoaded", "processRefund"]}),
+    ] {
+        let (name, id, event) = events.next().await;
+        assert_eq!((name.as_str(), id.is_some()), ("limits", true));
+        assert_eq!(event, expected);
+    }
+    let (_, refund) = served.get("/v1/skills/processRefund").await;
+    assert_eq!(refund["limits"]["tool_calls"], 4);
+    served.shut_down().await;
 }
 
 /// An events client that comes back with the id of the last event it got

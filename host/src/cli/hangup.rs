@@ -269,11 +269,9 @@ impl FollowedConfig {
                 kept.then(|| (name.clone(), fixed))
             })
             .collect();
-        if (limits, &skill_limits) == (in_force.limits, &in_force.skill_limits) {
-            return memory_waiting;
-        }
         match host.replace_limits(limits, skill_limits) {
-            Ok(()) => {
+            Ok(None) => {}
+            Ok(Some(_)) => {
                 let said = format!(
                     "[sandbox] limits read again from {}: in force for the invocations that \
                      start from now on",

@@ -1,5 +1,6 @@
 //! What a [`SkillHost`](super::SkillHost) reports to its subscribers: reloads,
-//! skill invocations and confirmations, from every run it starts.
+//! replaced trust, tools and limits, and the skill invocations and
+//! confirmations of every run it starts.
 //!
 //! Each run's [`AgentEvent`]s pass through an observer on their way to the
 //! run's caller. The observer records metrics (synchronously, so no figure is
@@ -8,6 +9,7 @@
 //! that comes back; a subscriber that falls behind is told how many it
 //! missed).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,13 +22,15 @@ use crate::agent::{
     AgentEvent, CallOutcome, ConfirmationId, PendingConfirmation, Resolution, RunId, RunTracker,
     SkillPath,
 };
+use crate::runtime::{Limits, RuntimeConfig};
 use crate::skills::signature::{Fingerprint, SignaturePolicy};
 use crate::skills::{ReloadEvent, SkillName, SkillRegistry};
 use crate::tools::ToolRegistry;
 
 /// One thing that happened in a host, for [`SkillHost::subscribe`](super::SkillHost::subscribe).
 /// Serialized with a `type` field naming the variant (`reload`, `trust`,
-/// `tools`, `invocation`, `confirmation_pending`, `confirmation_resolved`).
+/// `tools`, `limits`, `invocation`, `confirmation_pending`,
+/// `confirmation_resolved`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
@@ -39,6 +43,8 @@ pub enum HostEvent {
     /// The tools were replaced: an MCP server's listed again, or the
     /// embedder's own. What that unloaded or loaded follows as reloads.
     Tools(ToolsChange),
+    /// The sandbox limits invocations start with were replaced.
+    Limits(LimitsChange),
     /// A skill invocation finished, whether the agent or a caller of
     /// [`SkillHost::invoke`](super::SkillHost::invoke) started it.
     Invocation(Invocation),
@@ -59,14 +65,15 @@ pub enum HostEvent {
 }
 
 impl HostEvent {
-    /// The `type` field: `reload`, `trust`, `tools`, `invocation`,
-    /// `confirmation_pending` or `confirmation_resolved` (the SSE event name
-    /// in the gateway).
+    /// The `type` field: `reload`, `trust`, `tools`, `limits`,
+    /// `invocation`, `confirmation_pending` or `confirmation_resolved` (the
+    /// SSE event name in the gateway).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Reload(_) => "reload",
             Self::Trust(_) => "trust",
             Self::Tools(_) => "tools",
+            Self::Limits(_) => "limits",
             Self::Invocation(_) => "invocation",
             Self::ConfirmationPending(_) => "confirmation_pending",
             Self::ConfirmationResolved { .. } => "confirmation_resolved",
@@ -159,6 +166,45 @@ impl ToolsChange {
     }
 }
 
+/// Sandbox limits replaced on a running host
+/// ([`SkillHost::replace_limits`](super::SkillHost::replace_limits)): those
+/// in force now, and whose changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct LimitsChange {
+    /// The limits of a skill without limits of its own.
+    pub limits: Limits,
+    /// The skills with limits of their own, and theirs.
+    pub skill_limits: BTreeMap<SkillName, Limits>,
+    /// The skills loaded, or named before or now, whose limits changed.
+    pub changed: Vec<SkillName>,
+}
+
+impl LimitsChange {
+    /// From the limits of `before` to those of `after`, for the skills
+    /// `loaded` and those either names; `None` when they are the same.
+    pub(super) fn between<'a>(
+        before: &'a RuntimeConfig,
+        after: &'a RuntimeConfig,
+        loaded: impl IntoIterator<Item = &'a SkillName>,
+    ) -> Option<Self> {
+        if (before.limits, &before.skill_limits) == (after.limits, &after.skill_limits) {
+            return None;
+        }
+        let named = before.skill_limits.keys().chain(after.skill_limits.keys());
+        let skills: BTreeSet<&SkillName> = loaded.into_iter().chain(named).collect();
+        Some(Self {
+            limits: after.limits,
+            skill_limits: after.skill_limits.clone(),
+            changed: skills
+                .into_iter()
+                .filter(|name| before.limits_for(name) != after.limits_for(name))
+                .cloned()
+                .collect(),
+        })
+    }
+}
+
 /// A finished skill invocation.
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
@@ -242,6 +288,22 @@ impl Observers {
             "trust store replaced"
         );
         self.publish(|| HostEvent::Trust(change.clone()));
+    }
+
+    /// Logs replaced limits (an audit trail of what bounds the skills) and
+    /// tells the subscribers.
+    pub(super) fn limits(&self, change: &LimitsChange) {
+        let changed: Vec<&str> = change.changed.iter().map(SkillName::as_str).collect();
+        tracing::info!(
+            limits = %change.limits,
+            skills_with_their_own = change.skill_limits.len(),
+            changed = match changed[..] {
+                [] => "none".to_owned(),
+                _ => changed.join(", "),
+            },
+            "sandbox limits replaced"
+        );
+        self.publish(|| HostEvent::Limits(change.clone()));
     }
 
     pub(super) fn reload(&self, event: ReloadEvent, skills_loaded: usize) {

@@ -61,7 +61,7 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-pub use events::{HostEvent, Invocation, ToolsChange, TrustChange};
+pub use events::{HostEvent, Invocation, LimitsChange, ToolsChange, TrustChange};
 pub use feed::{EventFeed, EventId, FeedError, NotAnEventId};
 pub use metrics::HostMetrics;
 
@@ -687,16 +687,23 @@ impl SkillHost {
     /// ([`Runtime::replace_limits`]): every invocation from now on gets
     /// them; one under way keeps its own. Memory limits are fixed when the
     /// host is built: new limits that change one are refused, and nothing
-    /// changes.
+    /// changes. Returns what changed, `None` when the limits are those in
+    /// force already; subscribers get the [`LimitsChange`] (also logged, at
+    /// info).
     pub fn replace_limits(
         &self,
         limits: Limits,
         skill_limits: BTreeMap<SkillName, Limits>,
-    ) -> Result<(), MemoryLimitFixed> {
-        self.inner
-            .skills
-            .runtime()
-            .replace_limits(limits, skill_limits)
+    ) -> Result<Option<LimitsChange>, MemoryLimitFixed> {
+        let runtime = self.inner.skills.runtime();
+        let before = runtime.replace_limits(limits, skill_limits)?;
+        let snapshot = self.snapshot();
+        let loaded = snapshot.skills().map(|skill| skill.component.name());
+        let change = LimitsChange::between(&before, &runtime.config(), loaded);
+        if let Some(change) = &change {
+            self.inner.observers.limits(change);
+        }
+        Ok(change)
     }
 
     /// The tools as of now ([`SkillRegistry::tools`]).

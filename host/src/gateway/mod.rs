@@ -19,7 +19,7 @@
 //! | `POST /v1/skills/{name}/invoke` | API | runs a skill on the JSON body; no LLM needed for deterministic steps |
 //! | `POST /mcp` | API | the skills as MCP tools (Streamable HTTP, stateless, JSON answers): `initialize`, `tools/list`, `tools/call` (an invocation; a held write parks it and the result says where to approve) |
 //! | `GET /mcp` | API | SSE: `notifications/tools/list_changed` whenever a reload changes the skills (`Accept: text/event-stream`, else 406) |
-//! | `GET /v1/events` | admin | SSE: `reload`, `trust`, `tools`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)), each with its id; `Last-Event-ID` resumes ([`SkillHost::follow_events`](crate::embed::SkillHost::follow_events)) |
+//! | `GET /v1/events` | admin | SSE: `reload`, `trust`, `tools`, `limits`, `invocation`, `confirmation_pending`, `confirmation_resolved` ([`HostEvent`](crate::embed::HostEvent)), each with its id; `Last-Event-ID` resumes ([`SkillHost::follow_events`](crate::embed::SkillHost::follow_events)) |
 //! | `GET /v1/confirmations` | admin | every pending confirmation |
 //! | `GET /v1/tools` | admin | the tools skills may call and unlock now (MCP servers' as last listed): `name`, `access`, `approval` (whether a call waits for a person), `description`, `parameters`, and `server` for an MCP server's |
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |

@@ -307,12 +307,13 @@ impl Runtime {
     /// every invocation that starts from now on (one under way keeps its
     /// own). Memory limits stay as created: they size the pool's slots and
     /// decided which skills could load, so new limits that change any
-    /// skill's memory limit are refused and nothing changes.
+    /// skill's memory limit are refused and nothing changes. Returns the
+    /// settings replaced.
     pub fn replace_limits(
         &self,
         limits: Limits,
         skill_limits: BTreeMap<SkillName, Limits>,
-    ) -> Result<(), MemoryLimitFixed> {
+    ) -> Result<Arc<RuntimeConfig>, MemoryLimitFixed> {
         // Every config stored keeps the memory limits it was created with,
         // so concurrent calls check against the same ones; the last stored
         // wins.
@@ -340,8 +341,7 @@ impl Runtime {
                 });
             }
         }
-        self.inner.config.store(Arc::new(next));
-        Ok(())
+        Ok(self.inner.config.swap(Arc::new(next)))
     }
 
     /// Hits and misses of the compilation cache so far; `None` when the
