@@ -16,6 +16,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use skillhost::runtime::digest_of;
+use skillhost::skills::pack::{DeclarativeSkill, Format};
 use skillhost::skills::signature::PublicKey;
 use skillhost::tools::ToolRegistry;
 use skillhost::tools::demo::DemoDb;
@@ -557,6 +558,48 @@ async fn new_writes_a_skill_to_start_from_and_how_to_build_it() {
         read(repo_root().join("skill-plugins/js/skillhost_skill.js"))
     );
 
+    // Rust: the SDK beside it, its inherited settings written out, and its
+    // bindings pointed at the contract beside them. (Built as told, packed
+    // and its case run by skill-plugins/build-new-rust.sh, in CI.)
+    let (stdout, _) = expect_code(
+        &output(&mut new(&["orderStatusRs", "--lang", "rust"])).await,
+        0,
+    );
+    for told in [
+        "  rustup target add wasm32-unknown-unknown",
+        "  cargo build --manifest-path orderStatusRs/Cargo.toml --release --target \
+         wasm32-unknown-unknown",
+        "  skillhost pack orderStatusRs/target/wasm32-unknown-unknown/release/skill.wasm --out \
+         orderStatusRs.wasm",
+    ] {
+        assert_has_line(&stdout, told);
+    }
+    assert!(read(work.path("orderStatusRs/src/lib.rs")).contains(r#"Skill::new("orderStatusRs")"#));
+    assert!(read(work.path("orderStatusRs/Cargo.toml")).contains(r#"name = "order-status-rs""#));
+    let sdk = repo_root().join("skill-plugins/sdk/src");
+    for file in std::fs::read_dir(&sdk).unwrap() {
+        let name = file.unwrap().file_name();
+        let (ours, theirs) = (
+            read(work.path("orderStatusRs/sdk/src").join(&name)),
+            read(sdk.join(&name)),
+        );
+        let repository_contract = r#"path: "../../wit/skill@0.1.0","#;
+        assert_eq!(ours, theirs.replace(repository_contract, r#"path: "wit","#));
+    }
+    assert_eq!(
+        read(work.path("orderStatusRs/sdk/wit/skill.wit")),
+        read(repo_root().join("wit/skill@0.1.0/skill.wit"))
+    );
+    let sdk_manifest: toml::Table = read(work.path("orderStatusRs/sdk/Cargo.toml"))
+        .parse()
+        .unwrap();
+    assert_eq!(sdk_manifest["package"]["edition"].as_str(), Some("2024"));
+    assert_eq!(
+        sdk_manifest["dependencies"]["wit-bindgen"]["version"].as_str(),
+        Some("0.61")
+    );
+    assert!(!sdk_manifest.contains_key("lints"));
+
     let (stdout, _) = expect_code(
         &output(&mut new(&["order-status", "--lang", "md"])).await,
         0,
@@ -587,6 +630,42 @@ async fn new_writes_a_skill_to_start_from_and_how_to_build_it() {
     let (_, stderr) = expect_code(&output(&mut new(&["9lives", "--lang", "python"])).await, 1);
     assert!(stderr.contains("`9lives` cannot name a skill"), "{stderr}");
     assert!(!work.path("9lives").exists());
+}
+
+/// `skillhost pack` makes a component of a core module that names the
+/// skill world, as a Rust skill built against the guest SDK is, and checks
+/// it as a host loads it; what is no such module is refused, saying why,
+/// with nothing written.
+#[tokio::test]
+async fn pack_makes_a_component_of_a_core_module_and_refuses_what_is_not_one() {
+    let work = Workdir::new();
+    let skill =
+        DeclarativeSkill::parse(LOOKUP_SKILL, Format::Yaml, Path::new("lookup.yaml")).unwrap();
+    std::fs::write(work.path("lookup.wasm"), skill.to_module().unwrap()).unwrap();
+    let mut pack = work.command(&["pack", "lookup.wasm", "--out", "orderLookup.wasm"]);
+    let (stdout, _) = expect_code(&output(&mut pack).await, 0);
+    assert!(
+        stdout.starts_with("packed orderLookup 0.1.0 (instructions only) from lookup.wasm"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read(work.path("orderLookup.wasm")).unwrap(),
+        skill.to_component().unwrap()
+    );
+
+    std::fs::write(work.path("text.wasm"), "not wasm").unwrap();
+    std::fs::write(work.path("bare.wasm"), wat::parse_str("(module)").unwrap()).unwrap();
+    for (file, why) in [
+        ("text.wasm", "not a WebAssembly module"),
+        ("bare.wasm", "the module names no world"),
+        ("orderLookup.wasm", "already a component: sign it as it is"),
+    ] {
+        let mut pack = work.command(&["pack", file, "--out", "out.wasm"]);
+        let (_, stderr) = expect_code(&output(&mut pack).await, 1);
+        let said = format!("error: {file} cannot be made a skill component: {why}");
+        assert!(stderr.starts_with(&said), "{stderr}");
+        assert!(!work.path("out.wasm").exists());
+    }
 }
 
 #[tokio::test]

@@ -273,7 +273,7 @@ async fn read_skill(
 }
 
 /// Refuses, before compiling, what is plainly not a component: other
-/// files, and core modules (which need `wasm-tools component new` first).
+/// files, and core modules (which `skillhost pack` makes components).
 fn check_preamble(bytes: &[u8]) -> Result<(), Problem> {
     let not_a_component = |reason: &str| Problem {
         kind: "not_a_component",
@@ -291,8 +291,8 @@ fn check_preamble(bytes: &[u8]) -> Result<(), Problem> {
         // Version 1, layer 0: a core module.
         Some([1, 0, 0, 0]) => Err(not_a_component(
             "a core WebAssembly module, not a component: skills are components of the \
-             `skill` world (build for wasm32-wasip2, or wrap the module with \
-             `wasm-tools component new`)",
+             `skill` world (`skillhost pack` makes one of a module built against the guest \
+             SDK)",
         )),
         Some(_) => Ok(()),
     }

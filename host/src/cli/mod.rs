@@ -276,7 +276,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Keygen(args) => sign::keygen(&args),
         Command::Sign(args) => sign::sign(&args),
         Command::Verify(args) => sign::verify(&args),
-        Command::Pack(args) => pack::pack(&args),
+        Command::Pack(args) => pack::pack(&args).await,
         Command::New(args) => new::new(&args),
         Command::Ask(args) => ask::ask(&args).await,
         Command::Chat(args) => chat::chat(&args).await,

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::json;
 
-use skillhost::runtime::digest_of;
-use skillhost::skills::pack::DeclarativeSkill;
+use skillhost::runtime::{Runtime, RuntimeConfig, SkillComponent, digest_of};
+use skillhost::skills::Manifest;
+use skillhost::skills::pack::{DeclarativeSkill, componentize, stand_in_tools};
 
 use super::progress::Progress;
 use super::sign::write_atomic;
@@ -20,8 +21,9 @@ use super::sign::write_atomic;
 )]
 pub struct PackArgs {
     /// The skill: a .yaml/.yml file (name, description, tools, parameters,
-    /// instructions; optional version, unlocks, test_cases) or an Agent
-    /// Skills SKILL.md (.md).
+    /// instructions; optional version, unlocks, test_cases), an Agent
+    /// Skills SKILL.md (.md), or a core module (.wasm) built against the
+    /// Rust guest SDK for wasm32-unknown-unknown.
     input: PathBuf,
     /// Write the component to this file. Default: <name>.wasm next to the
     /// input.
@@ -40,14 +42,27 @@ pub struct PackArgs {
     json: bool,
 }
 
-pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
+/// A component packed, and its manifest.
+struct Packed {
+    component: Vec<u8>,
+    manifest: Manifest,
+    /// What it is, for people: `instructions only` or `steps`.
+    kind: &'static str,
+}
+
+pub async fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
     let progress = Progress::spinner(&format!("packing {}", args.input.display()));
-    let skill = DeclarativeSkill::read(&args.input)?;
-    let component = skill
-        .to_component()
-        .with_context(|| format!("packing {}", args.input.display()))?;
+    let packed = if args.input.extension().is_some_and(|ext| ext == "wasm") {
+        wrap_module(&args.input).await?
+    } else {
+        declarative(&args.input)?
+    };
     drop(progress);
-    let manifest = skill.manifest();
+    let Packed {
+        component,
+        manifest,
+        kind,
+    } = packed;
     let out = match (&args.out, &args.out_dir) {
         (Some(out), _) => out.clone(),
         (None, dir) => {
@@ -81,7 +96,7 @@ pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "packed {} {} (instructions only) from {}",
+        "packed {} {} ({kind}) from {}",
         manifest.name,
         manifest.version,
         args.input.display()
@@ -91,4 +106,47 @@ pub fn pack(args: &PackArgs) -> anyhow::Result<ExitCode> {
         "  unsigned: sign it with `skillhost sign` before a host that requires signatures loads it"
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A declarative skill's instruction-only component.
+fn declarative(input: &Path) -> anyhow::Result<Packed> {
+    let skill = DeclarativeSkill::read(input)?;
+    let component = skill
+        .to_component()
+        .with_context(|| format!("packing {}", input.display()))?;
+    Ok(Packed {
+        component,
+        manifest: skill.manifest().clone(),
+        kind: "instructions only",
+    })
+}
+
+/// A core module wrapped into a component, then checked as a host loads
+/// it (in the default sandbox, the tools it names standing in): a module
+/// that does not fit the skill world, or whose manifest a host would
+/// refuse, is refused here.
+async fn wrap_module(input: &Path) -> anyhow::Result<Packed> {
+    let module = std::fs::read(input).with_context(|| format!("reading {}", input.display()))?;
+    let component = componentize(&module)
+        .with_context(|| format!("{} cannot be made a skill component", input.display()))?;
+    let runtime = Runtime::new(RuntimeConfig::default())?;
+    let skill = SkillComponent::load_with(&runtime, component.clone(), stand_in_tools)
+        .await
+        .with_context(|| {
+            format!(
+                "{}: the component made of it is not a skill a host would load",
+                input.display()
+            )
+        })?;
+    let manifest = skill.manifest().clone();
+    let kind = if manifest.has_steps {
+        "steps"
+    } else {
+        "instructions only"
+    };
+    Ok(Packed {
+        component,
+        manifest,
+        kind,
+    })
 }

@@ -1,5 +1,6 @@
 //! A compiled skill, ready to instantiate: manifest read, `InstancePre` cached.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +18,7 @@ use super::host::{
 };
 use super::limits::{Limits, mib};
 use crate::blocking::{off_executor, panic_message};
+use crate::skills::manifest::RawManifest;
 use crate::skills::{Manifest, ManifestError, SkillName};
 use crate::tools::ToolRegistry;
 
@@ -85,10 +87,7 @@ impl SkillComponent {
         bytes: Vec<u8>,
         tools: &ToolRegistry,
     ) -> Result<Self, LoadError> {
-        let compile = compiler(runtime);
-        let (digest, component) =
-            compile_off_executor(move || Ok((digest_of(&bytes), compile(&bytes)?))).await?;
-        Self::from_component(runtime, &component, digest, tools).await
+        Self::load_with(runtime, bytes, |_| tools).await
     }
 
     /// Links a component already compiled (by [`compile`], or from the
@@ -101,6 +100,30 @@ impl SkillComponent {
         digest: String,
         tools: &ToolRegistry,
     ) -> Result<Self, LoadError> {
+        Self::from_component_with(runtime, component, digest, |_| tools).await
+    }
+
+    /// Like [`Self::load`], for a component whose tools are not known yet
+    /// (`skillhost pack` checks a skill before any host loads it): its
+    /// manifest is resolved against the tools `tools_for` gives for it,
+    /// such as stand-ins for those it names.
+    pub async fn load_with<T: Borrow<ToolRegistry>>(
+        runtime: &Runtime,
+        bytes: Vec<u8>,
+        tools_for: impl FnOnce(&RawManifest) -> T,
+    ) -> Result<Self, LoadError> {
+        let compile = compiler(runtime);
+        let (digest, component) =
+            compile_off_executor(move || Ok((digest_of(&bytes), compile(&bytes)?))).await?;
+        Self::from_component_with(runtime, &component, digest, tools_for).await
+    }
+
+    async fn from_component_with<T: Borrow<ToolRegistry>>(
+        runtime: &Runtime,
+        component: &Component,
+        digest: String,
+        tools_for: impl FnOnce(&RawManifest) -> T,
+    ) -> Result<Self, LoadError> {
         let instance_pre = runtime
             .linker()
             .instantiate_pre(component)
@@ -111,7 +134,8 @@ impl SkillComponent {
             .imports(runtime.engine())
             .any(|(name, _)| name.starts_with("wasi:"));
         let description = describe(runtime, &pre, imports_wasi).await?;
-        let (manifest, input_validator) = Manifest::resolve(description.manifest, tools)?;
+        let tools = tools_for(&description.manifest);
+        let (manifest, input_validator) = Manifest::resolve(description.manifest, tools.borrow())?;
         let instructions = description.instructions;
         if !manifest.has_steps && instructions.trim().is_empty() {
             return Err(LoadError::EmptyInstructions(manifest.name));

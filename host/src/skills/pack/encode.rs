@@ -88,6 +88,14 @@ const PAGE: u32 = 1 << 16;
 /// The output depends only on the arguments: packing the same skill twice
 /// gives the same bytes.
 pub fn component(manifest: &RawManifest, instructions: &str) -> Result<Vec<u8>, EncodeError> {
+    let module = module(manifest, instructions)?;
+    componentize(&module).map_err(|e| EncodeError::Component(e.to_string()))
+}
+
+/// The core module of [`component`], naming the `skill` world in a
+/// `component-type` custom section as wit-bindgen does: what
+/// [`componentize`] wraps.
+pub fn module(manifest: &RawManifest, instructions: &str) -> Result<Vec<u8>, EncodeError> {
     let mut module = core_module(manifest, instructions)?;
     let mut resolve = Resolve::default();
     let package = resolve
@@ -98,10 +106,62 @@ pub fn component(manifest: &RawManifest, instructions: &str) -> Result<Vec<u8>, 
         .map_err(|e| EncodeError::Wit(format!("{e:#}")))?;
     wit_component::embed_component_metadata(&mut module, &resolve, world, StringEncoding::UTF8)
         .map_err(|e| EncodeError::Wit(format!("{e:#}")))?;
+    Ok(module)
+}
+
+/// Why a core module could not be made a component.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ComponentizeError {
+    /// The bytes are no core module.
+    #[error("{0}")]
+    NotACoreModule(&'static str),
+    /// The module does not say which world it implements.
+    #[error(
+        "the module names no world: it has no `component-type` custom section, which \
+         wit-bindgen writes (build the skill against the guest SDK, skillhost-skill-sdk)"
+    )]
+    NoWorld,
+    /// wit-component refused it: what it imports or exports does not fit
+    /// the world it names.
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Wraps a core module that wit-bindgen built (a skill built with the
+/// guest SDK for `wasm32-unknown-unknown`) into a component of the world
+/// its `component-type` custom section names, as `wasm-tools component new`
+/// does. Deterministic: the same module gives the same bytes.
+pub fn componentize(module: &[u8]) -> Result<Vec<u8>, ComponentizeError> {
+    match module.get(..8) {
+        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {}
+        Some([0, b'a', b's', b'm', ..]) => {
+            return Err(ComponentizeError::NotACoreModule(
+                "already a component: sign it as it is",
+            ));
+        }
+        _ => {
+            return Err(ComponentizeError::NotACoreModule(
+                "not a WebAssembly module: it does not start with the `\\0asm` preamble of \
+                 version 1",
+            ));
+        }
+    }
+    let names_a_world = wasmparser::Parser::new(0)
+        .parse_all(module)
+        .any(|payload| match payload {
+            Ok(wasmparser::Payload::CustomSection(section)) => {
+                section.name().starts_with("component-type")
+            }
+            _ => false,
+        });
+    if !names_a_world {
+        return Err(ComponentizeError::NoWorld);
+    }
     ComponentEncoder::default()
-        .module(&module)
+        .module(module)
         .and_then(|encoder| encoder.validate(true).encode())
-        .map_err(|e| EncodeError::Component(format!("{e:#}")))
+        .map_err(|e| ComponentizeError::Refused(format!("{e:#}")))
 }
 
 /// The return areas of the three exports, filled in the memory image.

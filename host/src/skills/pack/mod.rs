@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-pub use encode::{EncodeError, NO_STEPS};
+pub use encode::{ComponentizeError, EncodeError, NO_STEPS, componentize};
 pub use source::DEFAULT_VERSION;
 
 use super::manifest::{Manifest, ManifestError, RawManifest};
@@ -207,6 +207,13 @@ impl DeclarativeSkill {
     pub fn to_component(&self) -> Result<Vec<u8>, EncodeError> {
         encode::component(&self.raw, &self.instructions)
     }
+
+    /// The core module [`Self::to_component`] wraps ([`componentize`]),
+    /// the `skill` world named in it as wit-bindgen names it in the module
+    /// of a skill built with the guest SDK.
+    pub fn to_module(&self) -> Result<Vec<u8>, EncodeError> {
+        encode::module(&self.raw, &self.instructions)
+    }
 }
 
 impl Draft {
@@ -298,7 +305,7 @@ impl Draft {
 /// rules (names, version, schema, duplicates, test cases); whether the tools
 /// exist is checked when the component is loaded. A name no tool can have
 /// gets no stand-in: `resolve` refuses it, at its line.
-fn stand_in_tools(raw: &RawManifest) -> ToolRegistry {
+pub fn stand_in_tools(raw: &RawManifest) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let names: BTreeSet<&String> = raw.tools.iter().chain(&raw.unlocks).collect();
     for name in names {

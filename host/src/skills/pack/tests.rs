@@ -147,6 +147,61 @@ fn packing_is_deterministic() {
     }
 }
 
+/// A core module naming the skill world is wrapped into the component a
+/// host loads; its manifest reads back with stand-ins for tools no registry
+/// here has.
+#[tokio::test]
+async fn a_core_module_naming_the_skill_world_becomes_a_loadable_component() {
+    let yaml = MINIMAL_YAML.replace("[queryOrder]", "[crm_lookup]");
+    let skill = DeclarativeSkill::parse(&yaml, Format::Yaml, Path::new("s.yaml")).unwrap();
+    let module = skill.to_module().unwrap();
+    assert!(!wasmparser::Parser::is_component(&module));
+    let component = componentize(&module).unwrap();
+    assert_eq!(component, skill.to_component().unwrap());
+
+    let runtime = Runtime::new(RuntimeConfig::default()).unwrap();
+    let loaded = SkillComponent::load_with(&runtime, component, stand_in_tools)
+        .await
+        .unwrap();
+    assert_eq!(loaded.manifest().tools, ["crm_lookup"]);
+    let no_tools = ToolRegistry::new();
+    let unknown = SkillComponent::load(&runtime, skill.to_component().unwrap(), &no_tools).await;
+    assert!(unknown.is_err(), "without stand-ins its tool is unknown");
+}
+
+/// What cannot be made a skill component says why.
+#[test]
+fn componentize_refuses_what_is_no_core_module_of_a_world() {
+    let skill = DeclarativeSkill::parse(MINIMAL_YAML, Format::Yaml, Path::new("s.yaml")).unwrap();
+    let bare_module = wat::parse_str("(module (memory 1))").unwrap();
+    let exports_nothing = {
+        let mut module = bare_module.clone();
+        let mut resolve = wit_parser::Resolve::default();
+        let package = resolve.push_str("skill.wit", crate::SKILL_WIT).unwrap();
+        let world = resolve.select_world(&[package], Some("skill")).unwrap();
+        wit_component::embed_component_metadata(
+            &mut module,
+            &resolve,
+            world,
+            wit_component::StringEncoding::UTF8,
+        )
+        .unwrap();
+        module
+    };
+    for (bytes, expected) in [
+        (b"PK\x03\x04".to_vec(), "not a WebAssembly module"),
+        (
+            skill.to_component().unwrap(),
+            "already a component: sign it as it is",
+        ),
+        (bare_module, "the module names no world"),
+        (exports_nothing, "manifest"),
+    ] {
+        let error = componentize(&bytes).unwrap_err().to_string();
+        assert!(error.contains(expected), "{expected}: {error}");
+    }
+}
+
 const MINIMAL_YAML: &str = "\
 name: lookup
 description: Looks up an order.
