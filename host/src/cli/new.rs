@@ -91,7 +91,7 @@ pub fn new(args: &NewArgs) -> anyhow::Result<ExitCode> {
             let mut files = vec![
                 (
                     "Cargo.toml",
-                    named(include_str!("new/Cargo.toml")).replace("{{package}}", &package),
+                    named(include_str!("new/Cargo.toml.in")).replace("{{package}}", &package),
                 ),
                 ("src/lib.rs", named(include_str!("new/lib.rs"))),
                 (
