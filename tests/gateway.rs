@@ -1597,20 +1597,17 @@ async fn replaced_limits_are_told_on_the_event_stream() {
         ["inquireOrderStatus", "notLoaded", "processRefund"]
     );
 
+    // The defaults but for tool calls and output bytes, as the API shows them.
+    let limits = |tool_calls: u32, output_bytes: usize| {
+        json!({"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": tool_calls,
+               "output_bytes": output_bytes, "log_lines": 256})
+    };
     for expected in [
-        json!({"type": "limits",
-               "limits": {"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": 32,
-                          "output_bytes": 1 << 20, "log_lines": 256},
-               "skill_limits": {"inquireOrderStatus": {"execution_time_ms": 2000,
-                   "memory_bytes": 64 << 20, "tool_calls": 32, "output_bytes": 4096,
-                   "log_lines": 256}},
+        json!({"type": "limits", "limits": limits(32, 1 << 20),
+               "skill_limits": {"inquireOrderStatus": limits(32, 4096)},
                "changed": ["inquireOrderStatus"]}),
-        json!({"type": "limits",
-               "limits": {"execution_time_ms": 2000, "memory_bytes": 64 << 20, "tool_calls": 4,
-                          "output_bytes": 1 << 20, "log_lines": 256},
-               "skill_limits": {"notLoaded": {"execution_time_ms": 2000,
-                   "memory_bytes": 64 << 20, "tool_calls": 32, "output_bytes": 4096,
-                   "log_lines": 256}},
+        json!({"type": "limits", "limits": limits(4, 1 << 20),
+               "skill_limits": {"notLoaded": limits(32, 4096)},
                "changed": ["inquireOrderStatus", "notLoaded", "processRefund"]}),
     ] {
         let (name, id, event) = events.next().await;
