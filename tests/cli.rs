@@ -1633,6 +1633,8 @@ async fn a_chat_waiting_for_approval_is_kept_across_a_restart() {
         said.contains("1 run(s) waiting for an answer are kept in runs"),
         "{said}"
     );
+    // `created` is in seconds: the next serve starts in another one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let Serving {
         child: _second,
@@ -1654,6 +1656,11 @@ async fn a_chat_waiting_for_approval_is_kept_across_a_restart() {
         "{done:#} {started:#?}"
     );
     assert_eq!(done["choices"][0]["message"]["content"], "Refunded.");
+    // The same completion as the one the first serve began.
+    assert_eq!(
+        (&done["id"], &done["created"]),
+        (&pending["id"], &pending["created"])
+    );
     assert_eq!(work.refunds_of_88231(), 1);
     assert_eq!(
         llm.requests().len(),

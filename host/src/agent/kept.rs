@@ -202,6 +202,9 @@ pub(super) struct KeptRun {
     pub(super) tools: Option<Vec<String>>,
     pub(super) kept: Kept,
     pub(super) waiting: KeptConfirmation,
+    /// When the run started; absent in the files of older hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) started: Option<SystemTime>,
 }
 
 /// What a kept run runs again from.
@@ -400,6 +403,9 @@ pub enum ResumedRun {
     /// A conversation's run.
     Chat {
         requested_by: Option<String>,
+        /// When the conversation's run started, before the restart (an
+        /// older host's file does not say: then, now).
+        started: SystemTime,
         run: RunHandle<RunOutput>,
     },
     /// A run whose approved call was under way when its process ended.
@@ -827,6 +833,8 @@ pub(super) struct Keeping {
     /// Whether the run's file is on disk: a run that never waited ends
     /// without touching the directory.
     on_disk: AtomicBool,
+    /// When the run started, before any restart.
+    started: SystemTime,
 }
 
 /// What a kept run is made of besides its journal or tape.
@@ -841,14 +849,25 @@ pub(super) enum KeptWhat {
 }
 
 impl Keeping {
-    /// Keeps a run in `store`; `on_disk` when its file is there already
-    /// (a resumed run's).
-    pub(super) fn new(store: Arc<RunStore>, what: KeptWhat, on_disk: bool) -> Self {
+    /// Keeps a run that started now in `store`.
+    pub(super) fn new(store: Arc<RunStore>, what: KeptWhat) -> Self {
+        Self::resumed(store, what, false, SystemTime::now())
+    }
+
+    /// Keeps a run that `started` in `store`; `on_disk` when its file is
+    /// there already (a resumed run's).
+    pub(super) fn resumed(
+        store: Arc<RunStore>,
+        what: KeptWhat,
+        on_disk: bool,
+        started: SystemTime,
+    ) -> Self {
         Self {
             store,
             what,
             approval: Mutex::new(None),
             on_disk: AtomicBool::new(on_disk),
+            started,
         }
     }
 
@@ -916,6 +935,7 @@ impl Keeping {
             tools: tools.patterns().map(<[String]>::to_vec),
             kept,
             waiting,
+            started: Some(self.started),
         })
     }
 

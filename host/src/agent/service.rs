@@ -1,6 +1,7 @@
 //! The [`Agent`]: what a run needs, and how runs start.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use serde_json::Value;
@@ -495,7 +496,7 @@ impl Agent {
         let store = self.inner.kept_runs.clone()?;
         options
             .context_is_empty()
-            .then(|| Keeping::new(store, what(), false))
+            .then(|| Keeping::new(store, what()))
     }
 
     /// Where runs are kept while they wait ([`AgentBuilder::keep_runs`]).
@@ -555,8 +556,10 @@ impl Agent {
             tools,
             kept,
             waiting,
+            started,
             ..
         } = kept;
+        let started = started.unwrap_or_else(SystemTime::now);
         let snapshot = self.inner.skills.snapshot();
         // As limited as when it started: a restart widens no scope.
         let options = match &requested_by {
@@ -566,7 +569,7 @@ impl Agent {
         .skills(SkillScope::of(skills))
         .tools(ToolScope::of(tools));
         let open = |what| {
-            let kept = Keeping::new(store.clone(), what, true);
+            let kept = Keeping::resumed(store.clone(), what, true, started);
             RunContext::new(
                 self.inner.clone(),
                 options,
@@ -619,6 +622,7 @@ impl Agent {
                 };
                 ResumedRun::Chat {
                     requested_by,
+                    started,
                     run: RunHandle::spawn(&run, events, body),
                 }
             }

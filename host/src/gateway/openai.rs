@@ -283,8 +283,14 @@ pub struct CompletionMeta {
 }
 
 impl CompletionMeta {
+    /// For a run starting now.
     pub fn new(run: RunId, model: String) -> Self {
-        let created = SystemTime::now()
+        Self::started_at(run, model, SystemTime::now())
+    }
+
+    /// For a run that `started` (before a restart, for a resumed one).
+    pub fn started_at(run: RunId, model: String, started: SystemTime) -> Self {
+        let created = started
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_secs());
         Self {

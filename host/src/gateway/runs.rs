@@ -361,12 +361,16 @@ pub fn take_in(state: &Arc<AppState>, resumed: ResumedRun) {
             let pending = run.waiting_now();
             park_again(state, pending, InvokeRun { run, skill })
         }
-        ResumedRun::Chat { requested_by, run } => {
+        ResumedRun::Chat {
+            requested_by,
+            started,
+            run,
+        } => {
             let model = state
                 .host
                 .llm()
                 .map_or_else(|_| String::new(), |llm| llm.config().model.clone());
-            let meta = CompletionMeta::new(id.clone(), model);
+            let meta = CompletionMeta::started_at(id.clone(), model, started);
             let mut run = OwnedRun::new(run, state.ledger.clone()).on_record(requested_by);
             let pending = run.waiting_now();
             park_again(state, pending, ChatRun { run, meta })
