@@ -576,6 +576,7 @@ async fn new_writes_a_skill_to_start_from_and_how_to_build_it() {
     }
     assert!(read(work.path("orderStatusRs/src/lib.rs")).contains(r#"Skill::new("orderStatusRs")"#));
     assert!(read(work.path("orderStatusRs/Cargo.toml")).contains(r#"name = "order-status-rs""#));
+    assert_eq!(read(work.path("orderStatusRs/.gitignore")), "/target\n");
     let sdk = repo_root().join("skill-plugins/sdk/src");
     for file in std::fs::read_dir(&sdk).unwrap() {
         let name = file.unwrap().file_name();

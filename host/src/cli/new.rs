@@ -94,6 +94,8 @@ pub fn new(args: &NewArgs) -> anyhow::Result<ExitCode> {
                     named(include_str!("new/Cargo.toml.in")).replace("{{package}}", &package),
                 ),
                 ("src/lib.rs", named(include_str!("new/lib.rs"))),
+                // As `cargo new` writes it: the build stays out of version control.
+                (".gitignore", "/target\n".to_owned()),
                 (
                     "instructions.md",
                     named(include_str!("new/instructions.md")),
