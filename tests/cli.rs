@@ -600,6 +600,9 @@ async fn new_writes_a_skill_to_start_from_and_how_to_build_it() {
         Some("0.61")
     );
     assert!(!sdk_manifest.contains_key("lints"));
+    let written = read(work.path("orderStatusRs/sdk/Cargo.toml"));
+    assert!(!written.contains("workspace"), "{written}");
+    assert!(read(work.path("orderStatusRs/sdk/src/lib.rs")).contains(r#"path: "wit","#));
 
     let (stdout, _) = expect_code(
         &output(&mut new(&["order-status", "--lang", "md"])).await,
