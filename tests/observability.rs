@@ -17,7 +17,10 @@ use tracing::subscriber::NoSubscriber;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 use skillhost::agent::{Agent, AgentConfig, AgentError, AgentEvent, Decision, RunOptions};
+use skillhost::embed::SkillHost;
+use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, SkillComponent};
+use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 
 use crate::agent_common::Shop;
@@ -540,6 +543,69 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
         "{:?}",
         runs[0]
     );
+}
+
+/// Each gateway request has an id, the one its `X-Request-Id` gives or a
+/// fresh one, answered in the same header: the lines of the run it starts
+/// sit in its `request` span, so a client's report of a response finds its
+/// log lines. A malformed id is not taken.
+#[test]
+fn a_gateway_requests_id_comes_back_and_its_runs_log_under_it() {
+    let (answered, log) = capture(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(
+            skill_file("inquireOrderStatus"),
+            dir.path().join("inquireOrderStatus.wasm"),
+        )
+        .unwrap();
+        let db = Arc::new(DemoDb::in_memory().unwrap());
+        let host = SkillHost::builder(dir.path(), SignaturePolicy::AllowUnsigned)
+            .register_tools(|tools| {
+                article_003_tools(db)
+                    .into_iter()
+                    .try_for_each(|tool| tools.register(tool))
+            })
+            .build()
+            .await
+            .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let router = Gateway::new(host, GatewayConfig::default()).router();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let http = reqwest::Client::new();
+        let mut answered = Vec::new();
+        for given in [Some("lb-7f3a/2"), None, Some(&*"x".repeat(129))] {
+            let mut request = http
+                .post(format!("{base}/v1/skills/inquireOrderStatus/invoke"))
+                .json(&json!({"orderId": "88231"}));
+            if let Some(given) = given {
+                request = request.header("x-request-id", given);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            answered.push(
+                response.headers()["x-request-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned(),
+            );
+        }
+        answered
+    });
+    assert_eq!(answered[0], "lb-7f3a/2");
+    for made in &answered[1..] {
+        assert!(made.starts_with("req_") && made.len() == 36, "{made}");
+    }
+    assert_ne!(answered[1], answered[2]);
+    let calls: Vec<&Value> = log.close_lines("tool_call").collect();
+    assert_eq!(calls.len(), 6, "two a request: {}", log.text);
+    for (request, calls) in answered.iter().zip(calls.chunks(2)) {
+        for call in calls {
+            let spans = &call["spans"];
+            assert_eq!(span_names(spans)[..2], ["request", "run"], "{call:#}");
+            assert_eq!(spans[0]["request_id"], request.as_str());
+        }
+    }
 }
 
 /// A run stopped while it waits for a confirmation closes its span as

@@ -97,8 +97,12 @@ pub(super) fn layer(origins: &[CorsOrigin]) -> CorsLayer {
             origins.iter().map(|origin| origin.0.clone()),
         ))
         .allow_methods([Method::GET, Method::POST, Method::DELETE])
-        // A browser-based MCP client reads its session's id.
-        .expose_headers([HeaderName::from_static(SESSION_HEADER)])
+        // A browser-based MCP client reads its session's id; any page, the
+        // id of a request to report.
+        .expose_headers([
+            HeaderName::from_static(SESSION_HEADER),
+            HeaderName::from_static(super::REQUEST_ID_HEADER),
+        ])
         // OpenAI's SDKs add headers of their own (`x-stainless-*`); only
         // the listed origins get this far.
         .allow_headers(AllowHeaders::mirror_request())

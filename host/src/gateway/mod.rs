@@ -25,6 +25,10 @@
 //! | `GET /metrics` | admin | Prometheus metrics (OpenMetrics text, see [`crate::embed::metrics`]) |
 //! | `GET /healthz` | open | liveness (always 200) and a summary: skills loaded, failures, LLM configured; `degraded`, with `problems`, while the skills directory cannot be read or files in it did not load |
 //!
+//! Every response carries `X-Request-Id`: the request's own (1 to 128
+//! visible ASCII characters), else a fresh `req_…`; what the request logs,
+//! the runs it starts included, sits in a `request` span with that id.
+//!
 //! # Confirmations in OpenAI's format
 //!
 //! When a run reaches a write that needs a person's approval, the chat
@@ -149,7 +153,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{DefaultBodyLimit, FromRequestParts, MatchedPath, OriginalUri, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -157,6 +161,7 @@ use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
+use tracing::Instrument;
 
 use crate::agent::RunOptions;
 use crate::embed::SkillHost;
@@ -656,7 +661,30 @@ async fn time_limit(State(state): State<Arc<AppState>>, request: Request, next: 
         .unwrap_or_else(|_| timeout_error(limit).into_response())
 }
 
-/// Counts and logs every request.
+/// The header a request's id comes and goes back in.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+/// The longest request id taken from a request.
+const REQUEST_ID_MAX: usize = 128;
+
+/// A request's id: the one a client or a proxy in front gave
+/// (`X-Request-Id`, 1 to 128 visible ASCII characters), else a fresh one.
+fn request_id(request: &Request) -> HeaderValue {
+    request
+        .headers()
+        .get(REQUEST_ID_HEADER)
+        .filter(|given| {
+            let given = given.as_bytes();
+            (1..=REQUEST_ID_MAX).contains(&given.len()) && given.iter().all(u8::is_ascii_graphic)
+        })
+        .cloned()
+        .unwrap_or_else(|| {
+            HeaderValue::from_str(&crate::agent::random_id("req_")).expect("hex is a header value")
+        })
+}
+
+/// Counts and logs every request, under its id: the `request` span every
+/// line it logs sits in (the runs it starts too), and the `X-Request-Id` of
+/// its response.
 async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
@@ -664,8 +692,12 @@ async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .map_or("unmatched", MatchedPath::as_str)
         .to_owned();
     let method = request.method().clone();
+    let id = request_id(&request);
+    let span = tracing::info_span!("request", request_id = id.to_str().unwrap_or_default());
     let started = Instant::now();
-    let response = next.run(request).await;
+    let mut response = next.run(request).instrument(span.clone()).await;
+    response.headers_mut().insert(REQUEST_ID_HEADER, id);
+    let _in_request = span.enter();
     let took = started.elapsed();
     let status = response.status();
     let code = response.extensions().get::<ErrorCode>().map(|code| code.0);
