@@ -548,7 +548,8 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
 /// Each gateway request has an id, the one its `X-Request-Id` gives or a
 /// fresh one, answered in the same header: the lines of the run it starts
 /// sit in its `request` span, so a client's report of a response finds its
-/// log lines. A malformed id is not taken.
+/// log lines; with a `traceparent`, the span has its trace id too. A
+/// malformed id is not taken.
 #[test]
 fn a_gateway_requests_id_comes_back_and_its_runs_log_under_it() {
     let (answered, log) = capture(|| async {
@@ -579,7 +580,9 @@ fn a_gateway_requests_id_comes_back_and_its_runs_log_under_it() {
                 .post(format!("{base}/v1/skills/inquireOrderStatus/invoke"))
                 .json(&json!({"orderId": "88231"}));
             if let Some(given) = given {
-                request = request.header("x-request-id", given);
+                request = request
+                    .header("x-request-id", given)
+                    .header("traceparent", format!("00-{TRACE}-00f067aa0ba902b7-01"));
             }
             let response = request.send().await.unwrap();
             assert_eq!(response.status(), 200);
@@ -606,7 +609,13 @@ fn a_gateway_requests_id_comes_back_and_its_runs_log_under_it() {
             assert_eq!(spans[0]["request_id"], request.as_str());
         }
     }
+    let traced = |calls: &[&Value]| calls[0]["spans"][0].get("trace_id").cloned();
+    assert_eq!(traced(&calls[..2]), Some(json!(TRACE)));
+    assert_eq!(traced(&calls[2..4]), None, "no traceparent, no trace id");
 }
+
+/// A W3C trace id, as a `traceparent` carries it.
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
 /// A run stopped while it waits for a confirmation closes its span as
 /// `aborted`; one that fails names its error's kind.
