@@ -207,10 +207,11 @@ enum Command {
     /// Verify a skill component's signature against the trusted keys; exits non-zero when invalid.
     Verify(sign::VerifyArgs),
     /// Pack a declarative skill (YAML or SKILL.md) into an instruction-only
-    /// component; sign it with `skillhost sign` before loading it in a host
-    /// that requires signatures.
+    /// component, or a core module built against the Rust guest SDK into a
+    /// skill component; sign it with `skillhost sign` before loading it in
+    /// a host that requires signatures.
     Pack(pack::PackArgs),
-    /// Start a skill: a directory with a working skill in Python,
+    /// Start a skill: a directory with a working skill in Rust, Python,
     /// JavaScript or a SKILL.md, the SDK and the contract beside it, and
     /// the commands that build it.
     New(new::NewArgs),
