@@ -254,18 +254,15 @@ impl Observers {
 
     /// Logs replaced tools and tells the subscribers.
     pub(super) fn tools(&self, change: &ToolsChange) {
-        let listed = |names: &[String]| match names {
-            [] => "none".to_owned(),
-            names => names.join(", "),
-        };
+        let tools = |names: &[String]| listed(names.iter().map(String::as_str));
         tracing::info!(
             server = change
                 .server
                 .as_deref()
                 .unwrap_or("none (the embedder's tools)"),
-            added = listed(&change.added),
-            removed = listed(&change.removed),
-            changed = listed(&change.changed),
+            added = tools(&change.added),
+            removed = tools(&change.removed),
+            changed = tools(&change.changed),
             "tools replaced"
         );
         self.publish(|| HostEvent::Tools(change.clone()));
@@ -293,14 +290,10 @@ impl Observers {
     /// Logs replaced limits (an audit trail of what bounds the skills) and
     /// tells the subscribers.
     pub(super) fn limits(&self, change: &LimitsChange) {
-        let changed: Vec<&str> = change.changed.iter().map(SkillName::as_str).collect();
         tracing::info!(
             limits = %change.limits,
             skills_with_their_own = change.skill_limits.len(),
-            changed = match changed[..] {
-                [] => "none".to_owned(),
-                _ => changed.join(", "),
-            },
+            changed = listed(change.changed.iter().map(SkillName::as_str)),
             "sandbox limits replaced"
         );
         self.publish(|| HostEvent::Limits(change.clone()));
@@ -320,6 +313,16 @@ impl Observers {
             waiting_since: None,
         };
         Box::new(move |event| tracker.observe(event))
+    }
+}
+
+/// Names for a log line: `a, b`, or `none`.
+fn listed<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }
 

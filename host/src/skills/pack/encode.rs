@@ -133,19 +133,16 @@ pub enum ComponentizeError {
 /// its `component-type` custom section names, as `wasm-tools component new`
 /// does. Deterministic: the same module gives the same bytes.
 pub fn componentize(module: &[u8]) -> Result<Vec<u8>, ComponentizeError> {
-    match module.get(..8) {
-        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => {}
-        Some([0, b'a', b's', b'm', ..]) => {
-            return Err(ComponentizeError::NotACoreModule(
-                "already a component: sign it as it is",
-            ));
-        }
-        _ => {
-            return Err(ComponentizeError::NotACoreModule(
-                "not a WebAssembly module: it does not start with the `\\0asm` preamble of \
-                 version 1",
-            ));
-        }
+    if wasmparser::Parser::is_component(module) {
+        return Err(ComponentizeError::NotACoreModule(
+            "already a component: sign it as it is",
+        ));
+    }
+    if !wasmparser::Parser::is_core_wasm(module) {
+        return Err(ComponentizeError::NotACoreModule(
+            "not a WebAssembly module: it does not start with the `\\0asm` preamble of \
+             version 1",
+        ));
     }
     let names_a_world = wasmparser::Parser::new(0)
         .parse_all(module)
