@@ -2819,6 +2819,102 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
     assert!(refused.contains("`authorization` header"), "{refused}");
 }
 
+/// W3C trace context: a request's `traceparent` and `tracestate` go on
+/// with every call its run makes to another service, the LLM and HTTP tools
+/// alike; an MCP `tools/call`'s own `params._meta` comes before the header;
+/// a request without a valid one sends none.
+#[tokio::test]
+async fn a_requests_trace_goes_on_to_the_llm_and_the_tools_its_run_calls() {
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    const MCP_CALLER: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let crm = crm_service().await;
+    let trace_seen: HttpToolConfig = serde_json::from_value(json!({
+        "name": "traceSeen", "description": "The trace the CRM sees.", "access": "read",
+        "url": format!("{crm}/api/trace"),
+        "parameters": {"type": "object", "properties": {}},
+    }))
+    .unwrap();
+    let llm = ScriptedLlm::start(
+        (0..3)
+            .flat_map(|_| [Step::tool_call("traceSeen", json!({})), Step::text("done")])
+            .collect(),
+    )
+    .await;
+    let served = Served::start(Setup {
+        llm: Some(&llm),
+        tools: vec![Arc::new(HttpTool::new(trace_seen, |_| None).unwrap())],
+        ..Setup::default()
+    })
+    .await;
+    let chat_with = |headers: &[(&str, &str)]| {
+        let mut request = served
+            .http
+            .post(served.url("/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": "which trace?"}]}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move { read(request.send().await.unwrap()).await }
+    };
+    // The trace headers of the LLM's request `at`.
+    let sent = |at: usize| {
+        let request = &llm.requests()[at];
+        ["traceparent", "tracestate"].map(|name| request.header(name).map(str::to_owned))
+    };
+    // What the tool called after the LLM's request `at` saw, read back by
+    // the model in the request after it.
+    let seen = |at: usize| -> Value {
+        let requests = llm.requests();
+        let text = &requests[at + 1].messages().last().unwrap()["content"];
+        serde_json::from_str(text.as_str().unwrap()).unwrap()
+    };
+
+    let state = "congo=t61rcWkgMzE";
+    let (status, _) = chat_with(&[("traceparent", CALLER), ("tracestate", state)]).await;
+    assert_eq!(status, StatusCode::OK);
+    let traced = [Some(CALLER.to_owned()), Some(state.to_owned())];
+    assert_eq!([sent(0), sent(1)], [traced.clone(), traced]);
+    assert_eq!(seen(0), json!({"traceparent": CALLER, "tracestate": state}));
+
+    let (status, _) =
+        chat_with(&[("traceparent", "00-not-a-trace-01"), ("tracestate", state)]).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!([sent(2), sent(3)], [[None, None], [None, None]]);
+    assert_eq!(seen(2), json!({"traceparent": null, "tracestate": null}));
+
+    std::fs::write(
+        served.dir.path().join("traceDesk.wasm"),
+        signed_skill_calling("traceDesk", "traceSeen"),
+    )
+    .unwrap();
+    wait_for(&served, "/v1/skills/traceDesk", |skill| {
+        skill["name"] == "traceDesk"
+    })
+    .await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "traceDesk", "arguments": {}, "_meta": {"traceparent": MCP_CALLER}}});
+    let (status, answer) = read(
+        served
+            .http
+            .post(served.url("/mcp"))
+            .header("traceparent", CALLER)
+            .json(&call)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer["result"].get("isError"), None, "{answer:#}");
+    let mcp_traced = [Some(MCP_CALLER.to_owned()), None];
+    assert_eq!([sent(4), sent(5)], [mcp_traced.clone(), mcp_traced]);
+    assert_eq!(
+        seen(4),
+        json!({"traceparent": MCP_CALLER, "tracestate": null})
+    );
+    served.shut_down().await;
+}
+
 #[tokio::test]
 async fn http_tools_call_a_rest_service_with_secrets_from_the_environment() {
     let crm = crm_service().await;

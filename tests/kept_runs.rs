@@ -20,10 +20,14 @@ use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
 use skillhost::tools::demo::{DemoDb, article_003_tools};
 use skillhost::tools::{Tool, ToolContext, ToolError, ToolSpec};
+use skillhost::trace_context::TraceContext;
 
 use crate::agent_common::{REFUND_REQUEST, refund_call, refund_input};
 use crate::support::fixtures::{repo_root, skill_file};
 use crate::support::scripted_llm::{ScriptedLlm, Step};
+
+/// The trace the conversations of these tests are part of.
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 /// A shop whose skills directory, runs directory and database outlive the
 /// hosts started on them.
@@ -109,7 +113,8 @@ impl Premises {
             let host = self.host_with(Some(&llm)).await;
             let options = RunOptions::new()
                 .skills(SkillScope::only(["processRefund"]))
-                .tools(ToolScope::only(["queryOrder"]));
+                .tools(ToolScope::only(["queryOrder"]))
+                .trace(TraceContext::parse(TRACEPARENT, None).unwrap());
             let mut run = host
                 .chat_with(vec![Message::user(REFUND_REQUEST)], options)
                 .unwrap();
@@ -289,9 +294,10 @@ fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
     let (run_id, confirmation) = premises.refund_chat_left_waiting();
     let kept: Value = serde_json::from_slice(&std::fs::read(premises.kept_file(&run_id)).unwrap())
         .expect("the kept run");
-    // Resumed as limited as it started.
+    // Resumed as limited as it started, in the same trace.
     assert_eq!(kept["skills"], json!(["processRefund"]));
     assert_eq!(kept["tools"], json!(["queryOrder"]));
+    assert_eq!(kept["trace"], json!({"traceparent": TRACEPARENT}));
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {
@@ -317,6 +323,7 @@ fn a_conversation_waiting_for_an_approval_is_resumed_and_answered() {
         assert_eq!(output.answer, answer);
         let requests = llm.requests();
         assert_eq!(requests.len(), 1, "only the final answer is asked");
+        assert_eq!(requests[0].header("traceparent"), Some(TRACEPARENT));
         // Not searchKnowledge nor the others: queryOrder alone, which the
         // skill absorbs.
         assert_eq!(

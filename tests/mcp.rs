@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use skillhost::embed::{HostEvent, SkillHost};
@@ -17,6 +17,7 @@ use skillhost::skills::{FailureKind, ReloadEvent, ReloadOutcome};
 use skillhost::tools::http::Forwarded;
 use skillhost::tools::mcp::{McpServerConfig, connect};
 use skillhost::tools::{Access, ToolCaller, ToolContext, ToolError, ToolRegistry};
+use skillhost::trace_context::TraceContext;
 
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
 use crate::support::signing::{demo_policy, signed_skill_calling};
@@ -176,6 +177,50 @@ async fn a_tool_call_carries_the_header_the_run_was_started_with() {
             by_host("tools/list"),
             by_host("tools/list"),
             ("tools/call".to_owned(), Some("agent-7".to_owned())),
+        ]
+    );
+}
+
+/// A call made in a trace carries it in `params._meta` (MCP's SEP-414)
+/// and, over HTTP, in its headers; what the host sends on its own does not.
+#[tokio::test]
+async fn a_tool_call_carries_the_trace_of_its_run_in_meta_and_headers() {
+    let server = McpServer::default();
+    let url = server.start().await;
+    let registry = registry_of(&declared(&url)).await;
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let trace = TraceContext::parse(traceparent, Some("congo=t61rcWkgMzE")).unwrap();
+    let context = ToolContext::new().with(trace);
+    registry
+        .call_as(
+            ToolCaller::Host,
+            &context,
+            "lookupCustomer",
+            json!({"id": "u1001"}),
+        )
+        .await
+        .unwrap();
+    let traces: Vec<(String, Option<String>, Value)> = server
+        .received()
+        .into_iter()
+        .map(|received| {
+            let meta = received.params.get("_meta").cloned().unwrap_or_default();
+            (received.method, received.traceparent, meta)
+        })
+        .collect();
+    let by_host = |method: &str| (method.to_owned(), None, Value::Null);
+    assert_eq!(
+        traces,
+        [
+            by_host("initialize"),
+            by_host("notifications/initialized"),
+            by_host("tools/list"),
+            by_host("tools/list"),
+            (
+                "tools/call".to_owned(),
+                Some(traceparent.to_owned()),
+                json!({"traceparent": traceparent, "tracestate": "congo=t61rcWkgMzE"}),
+            ),
         ]
     );
 }

@@ -22,6 +22,7 @@ use skillhost::gateway::{Gateway, GatewayConfig};
 use skillhost::runtime::{InvokeError, Limit, Limits, RunOutcome, SkillComponent};
 use skillhost::skills::signature::SignaturePolicy;
 use skillhost::tools::demo::{DemoDb, article_003_tools};
+use skillhost::trace_context::TraceContext;
 
 use crate::agent_common::Shop;
 use crate::agent_masking;
@@ -505,8 +506,8 @@ fn a_confirmed_write_inside_a_skill_is_logged_with_its_confirmation_and_without_
     assert_eq!(attempts, ["suspended", "done"]);
 }
 
-/// A run's lines sit in its `run` span, which names whom the run acts for,
-/// inside the span it was started in.
+/// A run's lines sit in its `run` span, which names whom the run acts for
+/// and the trace it is part of, inside the span it was started in.
 #[test]
 fn a_runs_logs_carry_the_span_it_was_started_in() {
     let (run_id, log) = capture(|| async {
@@ -520,7 +521,10 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
                 .start_skill_with(
                     "inquireOrderStatus",
                     json!({"orderId": "88231"}),
-                    RunOptions::new().on_behalf_of("support-desk"),
+                    RunOptions::new().on_behalf_of("support-desk").trace(
+                        TraceContext::parse(&format!("00-{TRACE}-00f067aa0ba902b7-01"), None)
+                            .unwrap(),
+                    ),
                 )
                 .unwrap()
         });
@@ -534,6 +538,7 @@ fn a_runs_logs_carry_the_span_it_was_started_in() {
     assert_eq!(spans[0]["request_id"], 7);
     assert_eq!(spans[1]["run_id"], run_id.as_str());
     assert_eq!(spans[1]["requested_by"], "support-desk");
+    assert_eq!(spans[1]["trace_id"], TRACE);
     // The run's span closes saying how it ended and how long it took.
     let runs = log.closed("run");
     assert_eq!(runs.len(), 1, "{}", log.text);

@@ -21,3 +21,4 @@ pub mod scope;
 pub mod skills;
 pub mod text;
 pub mod tools;
+pub mod trace_context;

@@ -6,7 +6,8 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 /// A stand-in for a team's existing REST service: a customer lookup that
-/// needs a bearer token, and ticket creation that echoes what it got.
+/// needs a bearer token, ticket creation that echoes what it got, and who
+/// and which trace a request says it is for.
 pub async fn crm_service() -> String {
     use axum::extract::Path;
     use axum::http::HeaderMap;
@@ -44,10 +45,18 @@ pub async fn crm_service() -> String {
         let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
         axum::Json(json!({"authorization": header("authorization"), "userId": header("x-user-id")}))
     }
+    /// The trace the request says it is part of.
+    async fn trace(headers: HeaderMap) -> axum::Json<Value> {
+        let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+        axum::Json(
+            json!({"traceparent": header("traceparent"), "tracestate": header("tracestate")}),
+        )
+    }
     let app = Router::new()
         .route("/api/customers/{id}", get(customer))
         .route("/api/customers/{id}/tickets", post(ticket))
-        .route("/api/whoami", get(whoami));
+        .route("/api/whoami", get(whoami))
+        .route("/api/trace", get(trace));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });

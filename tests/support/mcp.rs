@@ -62,6 +62,8 @@ pub struct Received {
     pub protocol: Option<String>,
     /// `X-User-Id`: whom the request says it acts for.
     pub user: Option<String>,
+    /// The trace the request's headers say it is part of.
+    pub traceparent: Option<String>,
     pub params: Value,
 }
 
@@ -224,6 +226,7 @@ async fn message(State(server): State<McpServer>, headers: HeaderMap, body: Stri
         session: session.clone(),
         protocol: header_text("mcp-protocol-version"),
         user: header_text("x-user-id"),
+        traceparent: header_text("traceparent"),
         params: message["params"].clone(),
     });
     if method != "initialize"

@@ -17,6 +17,10 @@
 //!   (the skills or settings changed) is stopped, since past that point a
 //!   call could repeat a write.
 //!
+//! With either, whom the run acts for, its skill and tool scopes, and the
+//! distributed trace it is part of ([`TraceContext`]): resumed, its calls
+//! carry that trace on.
+//!
 //! Not kept: a run whose tool context holds what its embedder attached
 //! (forwarded headers, a tenant): that cannot be written down, and resumed
 //! without it the run would act for nobody.
@@ -55,12 +59,12 @@ use super::confirm::{ConfirmationId, PendingConfirmation, summarize};
 use super::events::{Caller, Declined, Resolution};
 use super::ids::RunId;
 use super::llm::{ChatResponse, Message};
-use super::run::{Journal, RunHandle, RunOutput, SkillOutput};
+use super::run::{Journal, RunContext, RunHandle, RunOutput, SkillOutput};
 use crate::runtime::WasiSources;
-use crate::scope::{SkillScope, ToolScope};
 use crate::skills::SkillVersion;
 use crate::text::clip;
 use crate::tools::ToolError;
+use crate::trace_context::TraceContext;
 
 /// The directory runs are kept in ([`AgentBuilder::keep_runs`]): one JSON
 /// file per run, `run_….json`, readable by its owner alone (inputs and
@@ -194,10 +198,12 @@ pub(super) struct KeptRun {
     pub(super) format: u32,
     pub(super) run: RunId,
     pub(super) requested_by: Option<String>,
-    /// The patterns of the run's [`SkillScope`]; absent: every skill.
+    /// The patterns of the run's [`SkillScope`](crate::scope::SkillScope);
+    /// absent: every skill.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) skills: Option<Vec<String>>,
-    /// The patterns of the run's [`ToolScope`]; absent: every tool.
+    /// The patterns of the run's [`ToolScope`](crate::scope::ToolScope);
+    /// absent: every tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) tools: Option<Vec<String>>,
     pub(super) kept: Kept,
@@ -205,6 +211,9 @@ pub(super) struct KeptRun {
     /// When the run started; absent in the files of older hosts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) started: Option<SystemTime>,
+    /// The distributed trace it is part of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) trace: Option<TraceContext>,
 }
 
 /// What a kept run runs again from.
@@ -909,10 +918,7 @@ impl Keeping {
     /// kept), a conversation with its tape.
     pub(super) fn kept_run(
         &self,
-        run: RunId,
-        requested_by: Option<String>,
-        skills: &SkillScope,
-        tools: &ToolScope,
+        run: &RunContext,
         journal: Option<&Journal>,
         waiting: KeptConfirmation,
     ) -> Option<KeptRun> {
@@ -929,13 +935,14 @@ impl Keeping {
         };
         Some(KeptRun {
             format: FORMAT,
-            run,
-            requested_by,
-            skills: skills.patterns().map(<[String]>::to_vec),
-            tools: tools.patterns().map(<[String]>::to_vec),
+            run: run.id.clone(),
+            requested_by: run.requested_by.clone(),
+            skills: run.skills.patterns().map(<[String]>::to_vec),
+            tools: run.tools.patterns().map(<[String]>::to_vec),
             kept,
             waiting,
             started: Some(self.started),
+            trace: run.trace.clone(),
         })
     }
 

@@ -31,6 +31,7 @@ use crate::runtime::{DispatchError, ToolDispatch, WasiSources};
 use crate::scope::{SkillScope, ToolScope};
 use crate::skills::{LoadedSkill, Manifest, SkillName, SkillSnapshot};
 use crate::tools::{Access, ToolCallSpan, ToolContext, ToolError, ToolRegistry};
+use crate::trace_context::TraceContext;
 
 /// LLM calls and tokens of one run, sub-agents included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -172,11 +173,12 @@ impl<T: Send + 'static> RunHandle<T> {
         // stage (spawn, completion, reading the output). Boxed, it moves once.
         // In a span of its own, inside the one it was started in (an
         // embedder's request): its logs say which run they are of, whom it
-        // acts for, and carry that request's fields.
+        // acts for, the trace it is part of, and carry that request's fields.
         let span = tracing::info_span!(
             "run",
             run_id = %run.id,
             requested_by = run.requested_by.as_deref(),
+            trace_id = run.trace.as_ref().map(TraceContext::trace_id),
             outcome = field::Empty,
             duration_ms = field::Empty,
         );
@@ -414,16 +416,18 @@ pub(super) struct RunContext {
     /// as (tool, why): what a skill saw declined, its caller is told too
     /// ([`Self::declined_since`]).
     declined: Mutex<Vec<(String, Declined)>>,
-    /// What every tool call of the run is handed: the embedder's values and
-    /// the run's id.
+    /// What every tool call of the run is handed: the embedder's values,
+    /// the run's id and its trace context.
     tool_context: ToolContext,
     /// Who the run acts for ([`RunOptions::on_behalf_of`]).
-    requested_by: Option<String>,
+    pub(super) requested_by: Option<String>,
     /// The skills it may use ([`RunOptions::skills`]).
-    skills: SkillScope,
+    pub(super) skills: SkillScope,
     /// The tools its model may be offered ([`RunOptions::tools`]): kept
     /// with the run; its catalog applies it.
-    tools: ToolScope,
+    pub(super) tools: ToolScope,
+    /// The distributed trace it is part of ([`RunOptions::trace`]).
+    pub(super) trace: Option<TraceContext>,
     /// What the run keeps on disk while it waits for a person: set for a
     /// run that may be kept ([`super::kept`]).
     kept: Option<Keeping>,
@@ -439,6 +443,7 @@ pub struct RunOptions {
     requested_by: Option<String>,
     skills: SkillScope,
     tools: ToolScope,
+    trace: Option<TraceContext>,
 }
 
 impl RunOptions {
@@ -513,6 +518,22 @@ impl RunOptions {
         &self.tools
     }
 
+    /// The run is part of the distributed trace `context`: its LLM calls
+    /// and its calls to HTTP tools and MCP servers carry it on
+    /// ([`crate::trace_context`]), its tools find it in their
+    /// [`ToolContext`], its `run` log span names the trace, and it is kept
+    /// with the run while it waits on disk.
+    #[must_use]
+    pub fn trace(mut self, context: TraceContext) -> Self {
+        self.trace = Some(context);
+        self
+    }
+
+    /// The distributed trace the run is part of, if any.
+    pub fn trace_context(&self) -> Option<&TraceContext> {
+        self.trace.as_ref()
+    }
+
     /// Whether the run's tools are handed nothing but what the run adds.
     pub(super) fn context_is_empty(&self) -> bool {
         self.context.is_empty()
@@ -541,9 +562,14 @@ impl RunContext {
             requested_by,
             skills,
             tools,
+            trace,
         } = options;
+        let mut tool_context = context.with(id.clone());
+        if let Some(trace) = &trace {
+            tool_context.insert(trace.clone());
+        }
         let run = Self {
-            tool_context: context.with(id.clone()),
+            tool_context,
             id,
             agent,
             snapshot,
@@ -558,6 +584,7 @@ impl RunContext {
             requested_by,
             skills,
             tools,
+            trace,
             kept,
         };
         (Arc::new(run), receiver)
@@ -626,6 +653,10 @@ impl RunContext {
         request: ChatRequest,
     ) -> Result<ChatResponse, AgentError> {
         let llm = self.agent.llm().ok_or(AgentError::NotConfigured)?;
+        let request = match &self.trace {
+            Some(trace) => request.with_trace(trace.clone()),
+            None => request,
+        };
         let response = if self.stream {
             let (deltas, mut received) = mpsc::unbounded_channel();
             let request = request.with_stream(true).with_deltas(deltas);
@@ -991,14 +1022,7 @@ impl RunContext {
     /// log says so.
     fn keep(&self, journal: Option<&Journal>, pending: &PendingConfirmation) {
         let Some(keeping) = &self.kept else { return };
-        let Some(kept) = keeping.kept_run(
-            self.id.clone(),
-            self.requested_by.clone(),
-            &self.skills,
-            &self.tools,
-            journal,
-            KeptConfirmation::of(pending),
-        ) else {
+        let Some(kept) = keeping.kept_run(self, journal, KeptConfirmation::of(pending)) else {
             return;
         };
         if let Err(error) = keeping.save(&kept) {

@@ -557,17 +557,21 @@ impl Agent {
             kept,
             waiting,
             started,
+            trace,
             ..
         } = kept;
         let started = started.unwrap_or_else(SystemTime::now);
         let snapshot = self.inner.skills.snapshot();
         // As limited as when it started: a restart widens no scope.
-        let options = match &requested_by {
-            Some(principal) => RunOptions::new().on_behalf_of(principal.clone()),
-            None => RunOptions::new(),
+        let mut options = RunOptions::new()
+            .skills(SkillScope::of(skills))
+            .tools(ToolScope::of(tools));
+        if let Some(principal) = &requested_by {
+            options = options.on_behalf_of(principal.clone());
         }
-        .skills(SkillScope::of(skills))
-        .tools(ToolScope::of(tools));
+        if let Some(trace) = trace {
+            options = options.trace(trace);
+        }
         let open = |what| {
             let kept = Keeping::resumed(store.clone(), what, true, started);
             RunContext::new(

@@ -249,7 +249,8 @@ impl Server {
     async fn answer_call(&self, id: Value, params: Value) {
         let name = params.get("name").and_then(Value::as_str).unwrap_or("");
         let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
-        let options = RunOptions::default().skills(self.scope.clone());
+        let options =
+            mcp::in_callers_trace(RunOptions::default().skills(self.scope.clone()), &params);
         let outcome = match self.host.invoke_with(name, arguments, options) {
             Ok(run) => self.follow(run).await,
             Err(AgentError::UnknownSkill(_) | AgentError::SkillNotPermitted { .. }) => {

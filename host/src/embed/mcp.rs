@@ -6,7 +6,9 @@
 //! schema, marked read-only when every tool it may call only reads; a call
 //! is an invocation ([`SkillHost::invoke`]), whose result is the tool's
 //! structured content (and its text), and whose failure a result marked
-//! `isError` that the client's model can read.
+//! `isError` that the client's model can read. A call whose `params._meta`
+//! names a trace (`traceparent`, MCP's SEP-414) runs in it
+//! ([`in_callers_trace`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,10 +19,11 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::oneshot;
 
 use super::{EventId, FeedError, HostEvent, SkillHost};
-use crate::agent::{CallOutcome, Decision, PendingConfirmation};
+use crate::agent::{CallOutcome, Decision, PendingConfirmation, RunOptions};
 use crate::scope::SkillScope;
 use crate::tools::Access;
 use crate::tools::mcp::PROTOCOL_VERSIONS;
+use crate::trace_context::TraceContext;
 
 pub use crate::tools::mcp::{INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
 
@@ -131,6 +134,15 @@ pub fn answer_request(
         "ping" => answer(id, json!({})),
         "tools/list" => answer(id, tools_list(host, scope)),
         other => error_answer(id, METHOD_NOT_FOUND, &format!("no method `{other}`")),
+    }
+}
+
+/// `options` for the run of a `tools/call` with `params`: in the trace its
+/// `_meta` names (SEP-414), which comes before any the transport gave.
+pub fn in_callers_trace(options: RunOptions, params: &Value) -> RunOptions {
+    match params.get("_meta").and_then(TraceContext::from_meta) {
+        Some(trace) => options.trace(trace),
+        None => options,
     }
 }
 

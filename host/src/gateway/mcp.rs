@@ -92,6 +92,7 @@ pub async fn message(
     };
     let params = message.get("params").cloned().unwrap_or(json!({}));
     if method == "tools/call" {
+        let options = mcp::in_callers_trace(options, &params);
         return match session.filter(|session| session.elicits && accepts_stream(&headers)) {
             Some(session) => call_asking(state, mount, options, session, principal, id, params),
             None => {

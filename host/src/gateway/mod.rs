@@ -28,7 +28,10 @@
 //! Every response carries `X-Request-Id`: the request's own (1 to 128
 //! visible ASCII characters), else a fresh `req_…`; what the request logs,
 //! the runs it starts included, sits in a `request` span with that id (and
-//! the trace id of a valid W3C `traceparent`).
+//! the trace id of a valid W3C `traceparent`). The runs a request starts
+//! pass its `traceparent` and `tracestate` on to the LLM, HTTP tools and MCP
+//! servers they call ([`crate::trace_context`]); an MCP `tools/call`'s own
+//! `params._meta` context comes before the header's.
 //!
 //! # Confirmations in OpenAI's format
 //!
@@ -169,6 +172,7 @@ use crate::embed::SkillHost;
 use crate::scope::{SkillScope, ToolScope};
 use crate::tools::ToolContext;
 use crate::tools::http::Forwarded;
+use crate::trace_context::TraceContext;
 pub use cors::{CorsOrigin, InvalidOrigin};
 use errors::{ApiError, ErrorCode, ErrorType};
 pub use keys::{ADMIN_PRINCIPAL, ApiKey, Principal};
@@ -357,7 +361,8 @@ impl fmt::Debug for GatewayConfig {
 /// The options of a run a request starts: the [`ToolContext`] an
 /// application attached to the request, if any, with the headers
 /// [`GatewayConfig::forward_headers`] names (see the module docs), on
-/// behalf of the request's [`Principal`].
+/// behalf of the request's [`Principal`], in the request's
+/// [`TraceContext`].
 struct RunStart(RunOptions);
 
 impl FromRequestParts<Arc<AppState>> for RunStart {
@@ -385,7 +390,10 @@ impl FromRequestParts<Arc<AppState>> for RunStart {
             }
             context.insert(forwarded);
         }
-        let options = RunOptions::new().context(context);
+        let mut options = RunOptions::new().context(context);
+        if let Some(trace) = parts.extensions.get::<TraceContext>() {
+            options = options.trace(trace.clone());
+        }
         Ok(Self(match parts.extensions.get::<Principal>() {
             Some(Principal(name)) => {
                 let scopes = state.scopes();
@@ -683,35 +691,11 @@ fn request_id(request: &Request) -> HeaderValue {
         })
 }
 
-/// The trace id of a W3C `traceparent` header
-/// (`00-<trace id>-<parent id>-<flags>`, lowercase hex), when it has a valid
-/// one: what joins a request's log lines to the trace it is part of.
-fn trace_id(request: &Request) -> Option<&str> {
-    let header = request.headers().get("traceparent")?.to_str().ok()?;
-    let mut parts = header.split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |part: &str, len: usize| {
-        part.len() == len && part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let not_zero = |part: &str| part.bytes().any(|b| b != b'0');
-    // Version 00 has exactly four parts; later versions may add some.
-    let parts_fit = version != "00" || parts.next().is_none();
-    (hex(version, 2)
-        && version != "ff"
-        && parts_fit
-        && hex(trace, 32)
-        && not_zero(trace)
-        && hex(parent, 16)
-        && not_zero(parent)
-        && hex(flags, 2))
-    .then_some(trace)
-}
-
 /// Counts and logs every request, under its id: the `request` span every
 /// line it logs sits in (the runs it starts too), with the trace id of its
 /// `traceparent` when it has one, and the `X-Request-Id` of its response.
-async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+/// Its [`TraceContext`] goes into its extensions, for the runs it starts.
+async fn track(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -719,11 +703,19 @@ async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .to_owned();
     let method = request.method().clone();
     let id = request_id(&request);
+    // What an application in front attached comes first.
+    let trace = match request.extensions().get::<TraceContext>() {
+        Some(attached) => Some(attached.clone()),
+        None => TraceContext::from_headers(request.headers()),
+    };
     let span = tracing::info_span!(
         "request",
         request_id = id.to_str().unwrap_or_default(),
-        trace_id = trace_id(&request),
+        trace_id = trace.as_ref().map(TraceContext::trace_id),
     );
+    if let Some(trace) = trace {
+        request.extensions_mut().insert(trace);
+    }
     let started = Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
     response.headers_mut().insert(REQUEST_ID_HEADER, id);
@@ -737,39 +729,4 @@ async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next)
         .record_http(&route, method.as_str(), status.as_u16(), took, code);
     tracing::debug!(%method, %route, status = status.as_u16(), ?took, code, "request");
     response
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn trace_of(traceparent: &str) -> Option<String> {
-        let request = Request::builder()
-            .header("traceparent", traceparent)
-            .body(axum::body::Body::empty())
-            .unwrap();
-        trace_id(&request).map(str::to_owned)
-    }
-
-    #[test]
-    fn a_traceparent_gives_its_trace_id_only_when_it_is_well_formed() {
-        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-        let valid = format!("00-{trace}-00f067aa0ba902b7-01");
-        assert_eq!(trace_of(&valid).as_deref(), Some(trace));
-        // A later version may add parts.
-        let later = format!("01-{trace}-00f067aa0ba902b7-01-more");
-        assert_eq!(trace_of(&later).as_deref(), Some(trace));
-        for malformed in [
-            format!("00-{trace}-00f067aa0ba902b7-01-more"),
-            format!("ff-{trace}-00f067aa0ba902b7-01"),
-            format!("00-{}-00f067aa0ba902b7-01", trace.to_uppercase()),
-            format!("00-{}-00f067aa0ba902b7-01", "0".repeat(32)),
-            format!("00-{trace}-0000000000000000-01"),
-            format!("00-{trace}-00f067aa0ba902b7"),
-            format!("00-{trace}-00f067aa0ba902b7-1"),
-            "garbage".to_owned(),
-        ] {
-            assert_eq!(trace_of(&malformed), None, "{malformed}");
-        }
-    }
 }

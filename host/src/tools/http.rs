@@ -28,7 +28,9 @@
 //! and the CLI from `--header`)
 //! sent on with each call, so that the service acts for the end user
 //! (`X-User-Id`, their own token); a call whose run does not carry one of
-//! them fails without reaching the service. A JSON response is the tool's
+//! them fails without reaching the service. A call made in a trace carries
+//! its `traceparent` and `tracestate` ([`crate::trace_context`]). A JSON
+//! response is the tool's
 //! result (other text becomes a string); a 4xx is a
 //! [`ToolError::Rejected`] carrying the service's message, a 5xx or a
 //! connection failure a [`ToolError::Failed`].
@@ -44,6 +46,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
+use crate::trace_context::TraceContext;
 
 /// Time one call may take, connecting included. Default: 30 s.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -283,10 +286,11 @@ impl HttpTool {
         })
     }
 
-    /// The configured headers with those forwarded from `context`; an
-    /// error naming the first that the run does not carry.
+    /// The configured headers with those forwarded from `context` and its
+    /// trace context; an error naming the first that the run does not
+    /// carry.
     fn headers_for(&self, context: &ToolContext) -> Result<HeaderMap, ToolError> {
-        with_forwarded(
+        call_headers(
             &self.spec.name,
             self.headers.clone(),
             &self.forward,
@@ -550,10 +554,11 @@ pub(super) fn forward_list(
     Ok(forward)
 }
 
-/// `headers` with those named in `forward` taken from the run's
-/// [`Forwarded`]; refused, for `tool`, naming the first the run does not
-/// carry.
-pub(super) fn with_forwarded(
+/// The headers a call of `tool` sends: `headers` with those named in
+/// `forward` taken from the run's [`Forwarded`], and the run's
+/// [`TraceContext`] unless they carry a `traceparent` already; refused
+/// naming the first of `forward` the run does not carry.
+pub(super) fn call_headers(
     tool: &str,
     mut headers: HeaderMap,
     forward: &[HeaderName],
@@ -577,6 +582,9 @@ pub(super) fn with_forwarded(
         for value in values {
             headers.append(name.clone(), value.clone());
         }
+    }
+    if let Some(trace) = context.get::<TraceContext>() {
+        trace.add_to_headers(&mut headers);
     }
     Ok(headers)
 }

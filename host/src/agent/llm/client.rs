@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures::StreamExt;
-use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tracing::{Instrument, field};
@@ -237,12 +237,11 @@ impl LlmClient {
         let config = &self.inner.config;
         // Serialized once; each attempt sends the same bytes.
         let body = self.request_body(request)?;
-        let deltas = request.deltas.as_ref();
         let mut attempts = 0u32;
         loop {
             attempts += 1;
             span.record("attempts", attempts);
-            let (error, wait) = match self.attempt(body.clone(), stream, deltas).await {
+            let (error, wait) = match self.attempt(body.clone(), stream, request).await {
                 Ok(response) => return Ok(response),
                 Err(Failure::Fatal(error)) => return Err(error),
                 Err(Failure::Retry { error, wait }) => (error, wait),
@@ -268,12 +267,12 @@ impl LlmClient {
         }
     }
 
-    /// One HTTP exchange.
+    /// One HTTP exchange of `request`, serialized as `body`.
     async fn attempt(
         &self,
         body: Bytes,
         stream: bool,
-        deltas: Option<&mpsc::UnboundedSender<String>>,
+        request: &ChatRequest,
     ) -> Result<ChatResponse, Failure> {
         let inner = &self.inner;
         let accept = if stream {
@@ -281,16 +280,22 @@ impl LlmClient {
         } else {
             "application/json"
         };
+        let mut headers = HeaderMap::new();
+        if let Some(trace) = &request.trace {
+            trace.add_to_headers(&mut headers);
+        }
         let mut builder = inner
             .http
             .post(inner.endpoint.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, accept)
+            .headers(headers)
             .body(body);
         if let Some(key) = &inner.config.api_key {
             builder = builder.bearer_auth(key);
         }
         let mut response = builder.send().await.map_err(|e| self.send_failure(e))?;
+        let deltas = request.deltas.as_ref();
 
         let status = response.status();
         if !status.is_success() {

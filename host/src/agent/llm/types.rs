@@ -16,6 +16,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 
+use crate::trace_context::TraceContext;
+
 /// One message of a conversation, tagged by `role` on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
@@ -424,6 +426,9 @@ pub struct ChatRequest {
     /// that a caller who reads only after the call returns cannot deadlock
     /// it; the buffer is bounded by the size of one response.
     pub deltas: Option<mpsc::UnboundedSender<String>>,
+    /// The distributed trace the call is part of: sent as the
+    /// `traceparent` and `tracestate` headers.
+    pub trace: Option<TraceContext>,
 }
 
 impl ChatRequest {
@@ -456,6 +461,12 @@ impl ChatRequest {
     /// Forwards content deltas to `sender` (see [`ChatRequest::deltas`]).
     pub fn with_deltas(mut self, sender: mpsc::UnboundedSender<String>) -> Self {
         self.deltas = Some(sender);
+        self
+    }
+
+    /// Sends the call in the trace `context` (see [`ChatRequest::trace`]).
+    pub fn with_trace(mut self, context: TraceContext) -> Self {
+        self.trace = Some(context);
         self
     }
 }

@@ -42,7 +42,9 @@
 //! approval as the confirmation policy says, and the server's own
 //! `readOnlyHint` is the service's claim, not the operator's word.
 //!
-//! A call is a `tools/call` in the session, its answer at most
+//! A call is a `tools/call` in the session (made in a trace, it carries the
+//! trace's `traceparent` and `tracestate` in its `params._meta`, MCP's
+//! SEP-414, and over HTTP in its headers too), its answer at most
 //! [`MAX_RESPONSE_BYTES`](super::http::MAX_RESPONSE_BYTES). A server that
 //! has forgotten the session (`404`), or whose process had ended, gets a
 //! new one and the call is sent again, once: it never reached the tool.
@@ -71,14 +73,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 
 use super::http::{
-    DEFAULT_TIMEOUT, client, expand_env, forward_list, secret_headers, snippet, with_forwarded,
+    DEFAULT_TIMEOUT, call_headers, client, expand_env, forward_list, secret_headers, snippet,
 };
 use super::{Access, Tool, ToolContext, ToolError, ToolSpec};
 use crate::skills::manifest::is_function_name;
+use crate::trace_context::TraceContext;
 
 /// The protocol revision the host asks for. A server may answer with
 /// another of [`PROTOCOL_VERSIONS`].
@@ -688,9 +691,18 @@ impl Tool for McpTool {
 
     async fn invoke(&self, context: &ToolContext, arguments: Value) -> Result<Value, ToolError> {
         let name = &self.spec.name;
-        let forwarded = with_forwarded(name, HeaderMap::new(), &self.session.forward, context)?;
-        let params = json!({"name": name, "arguments": arguments});
-        match self.session.call("tools/call", params, &forwarded).await {
+        let headers = call_headers(name, HeaderMap::new(), &self.session.forward, context)?;
+        let mut params = Map::new();
+        params.insert("name".into(), name.clone().into());
+        params.insert("arguments".into(), arguments);
+        if let Some(trace) = context.get::<TraceContext>() {
+            trace.add_to_meta(&mut params);
+        }
+        match self
+            .session
+            .call("tools/call", params.into(), &headers)
+            .await
+        {
             Ok(result) => tool_result(name, result),
             Err(Failure::Rpc { code, message }) if code == INVALID_PARAMS => {
                 Err(ToolError::InvalidArguments {
