@@ -2595,6 +2595,92 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
     assert_eq!(refund_shown().await, reqwest::StatusCode::OK);
 }
 
+/// `requests_per_minute` in the config file: a key past its rate is
+/// answered 429 with `Retry-After`, the admin routes are not counted, and a
+/// rate changed in the file takes effect at SIGHUP (a bad one keeps the
+/// rates in force).
+#[tokio::test]
+async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() {
+    let work = Workdir::new();
+    let mut command = work.configured_command(
+        "[server]\nrequests_per_minute = 2\n",
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    command.env("SKILLHOST_API_KEYS", "k-desk,k-batch");
+    command.env("SKILLHOST_ADMIN_KEY", "k-admin");
+    let Serving {
+        child: serve,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let http = reqwest::Client::new();
+    let list = |key: &'static str| {
+        let request = http.get(format!("{base}/v1/skills")).bearer_auth(key);
+        async move { request.send().await.unwrap() }
+    };
+    for _ in 0..2 {
+        assert_eq!(list("k-desk").await.status(), reqwest::StatusCode::OK);
+    }
+    let refused = list("k-desk").await;
+    assert_eq!(refused.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((29..=30).contains(&wait), "Retry-After: {wait}");
+    assert!(refused.headers().get("x-should-retry").is_none());
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("the key `api-key-1` may make 2 requests a minute; try again in"),
+        "{message}"
+    );
+    // Each key its own bucket; the admin routes count against none.
+    assert_eq!(list("k-batch").await.status(), reqwest::StatusCode::OK);
+    for _ in 0..3 {
+        let metrics = http
+            .get(format!("{base}/metrics"))
+            .bearer_auth("k-admin")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(metrics.status(), reqwest::StatusCode::OK);
+    }
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[server.key_requests_per_minute]\n\" \" = 5\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(&mut stderr, "the rates in force stay").await;
+    assert_eq!(
+        list("k-desk").await.status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
+
+    std::fs::write(
+        work.path("skillhost.toml"),
+        "[server]\nrequests_per_minute = 2\n[server.key_requests_per_minute]\napi-key-1 = 600\n",
+    )
+    .unwrap();
+    send_signal(&serve, "-HUP").await;
+    said_next(
+        &mut stderr,
+        "API keys' request rates read again from skillhost.toml: 2 requests a minute per key, \
+         api-key-1 600",
+    )
+    .await;
+    for _ in 0..5 {
+        assert_eq!(list("k-desk").await.status(), reqwest::StatusCode::OK);
+    }
+}
+
 /// `skillhost mcp --only-skills` serves only the skills its patterns name: the
 /// others are not listed, and a call of one is refused as not one of the
 /// server's tools, naming those it has; a blank pattern stops the start.

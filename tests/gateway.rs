@@ -2,7 +2,7 @@
 //! served on loopback, talked to with reqwest; the scripted LLM plays the
 //! model.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use skillhost::agent::{
 };
 use skillhost::embed::metrics::Registry;
 use skillhost::embed::{HostEvent, SkillHost};
-use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, KeyScopes, Principal};
+use skillhost::gateway::{ApiKey, Gateway, GatewayConfig, KeyScopes, Principal, RateLimits};
 use skillhost::runtime::{Limits, RuntimeConfig};
 use skillhost::scope::{SkillScope, ToolScope};
 use skillhost::skills::signature::{SignaturePolicy, TrustStore};
@@ -2912,6 +2912,36 @@ async fn a_requests_trace_goes_on_to_the_llm_and_the_tools_its_run_calls() {
         seen(4),
         json!({"traceparent": MCP_CALLER, "tracestate": null})
     );
+    served.shut_down().await;
+}
+
+/// Without API keys, every request of the API routes counts against one
+/// rate; one past it runs nothing, and `/healthz` is not counted.
+#[tokio::test]
+async fn an_open_gateways_requests_share_one_rate_and_one_past_it_runs_nothing() {
+    let served = Served::start(Setup {
+        config: GatewayConfig {
+            rate_limits: RateLimits {
+                per_key: NonZeroU32::new(1),
+                ..RateLimits::default()
+            },
+            ..GatewayConfig::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let (status, _) = served.get("/v1/skills").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, refused) = served.invoke("processRefund", refund_input()).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{refused:#}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("this gateway may make 1 requests a minute"),
+        "{message}"
+    );
+    assert!(served.db.refunds_for("88231").unwrap().is_empty());
+    let (status, _) = served.get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
     served.shut_down().await;
 }
 

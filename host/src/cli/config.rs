@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::num::{NonZeroU64, NonZeroUsize};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +27,7 @@ use serde::Deserialize;
 use skillhost::agent::llm::{ConfigError, ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, LlmConfig};
 use skillhost::agent::{AgentConfig, ConfirmationPolicy, MAX_EXPIRY};
 use skillhost::embed::BuildError;
-use skillhost::gateway::{CorsOrigin, KeyScopes, MAX_HEADER_TIMEOUT};
+use skillhost::gateway::{CorsOrigin, KeyScopes, MAX_HEADER_TIMEOUT, RateLimits};
 use skillhost::runtime::{Limits, RuntimeConfig, RuntimeConfigError};
 use skillhost::scope::{Scope, ScopeKind};
 use skillhost::skills::SkillName;
@@ -111,6 +111,10 @@ pub struct ServerSection {
     skill_scopes: Option<BTreeMap<String, Vec<String>>>,
     /// See [`ServerSection::scopes`].
     tool_scopes: Option<BTreeMap<String, Vec<String>>>,
+    /// See [`ServerSection::rate_limits`].
+    requests_per_minute: Option<NonZeroU32>,
+    /// See [`ServerSection::rate_limits`].
+    key_requests_per_minute: Option<BTreeMap<String, NonZeroU32>>,
     pub hot_reload: Option<bool>,
     /// Read before logging starts, see [`HostArgs::config_log_format`].
     pub log_format: Option<LogFormat>,
@@ -147,6 +151,24 @@ impl ServerSection {
         Ok(KeyScopes {
             skills: scopes_of("skill_scopes", &self.skill_scopes)?,
             tools: scopes_of("tool_scopes", &self.tool_scopes)?,
+        })
+    }
+}
+
+impl ServerSection {
+    /// `requests_per_minute` and `[server.key_requests_per_minute]`: how
+    /// many requests a minute each API key, and the keys named there, may
+    /// make ([`GatewayConfig::rate_limits`](skillhost::gateway::GatewayConfig::rate_limits)).
+    /// A blank key name is refused (zero is, by its type).
+    pub fn rate_limits(&self) -> anyhow::Result<RateLimits> {
+        let keys = self.key_requests_per_minute.clone().unwrap_or_default();
+        anyhow::ensure!(
+            keys.keys().all(|key| !key.trim().is_empty()),
+            "[server.key_requests_per_minute]: a key name is blank"
+        );
+        Ok(RateLimits {
+            per_key: self.requests_per_minute,
+            keys,
         })
     }
 }
@@ -648,6 +670,41 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// The example's request rates, commented out there, read as they
+    /// say; a blank key name or a zero rate is an error.
+    #[test]
+    fn the_examples_request_rates_read_once_uncommented() {
+        let every = EXAMPLE
+            .lines()
+            .find_map(|line| line.strip_prefix("# requests_per_minute"))
+            .unwrap();
+        let block = format!(
+            "[server]\nrequests_per_minute{every}\n{}",
+            uncommented("# [server.key_requests_per_minute]")
+        );
+        let limits = ConfigFile::parse(&block)
+            .unwrap()
+            .server
+            .rate_limits()
+            .unwrap();
+        assert_eq!(limits.per_key.map(NonZeroU32::get), Some(600));
+        let keys = Vec::from_iter(
+            limits
+                .keys
+                .iter()
+                .map(|(name, rate)| (name.as_str(), rate.get())),
+        );
+        assert_eq!(keys, [("nightly-batch", 6000)]);
+        let blank = ConfigFile::parse("[server.key_requests_per_minute]\n\" \" = 5\n").unwrap();
+        let error = blank.server.rate_limits().unwrap_err().to_string();
+        assert!(error.contains("a key name is blank"), "{error}");
+        let zero = ConfigFile::parse("[server]\nrequests_per_minute = 0\n").unwrap_err();
+        assert!(
+            format!("{zero:#}").contains("requests_per_minute"),
+            "{zero:#}"
+        );
     }
 
     /// The example's `[[trust.scopes]]`, commented out there, reads as it

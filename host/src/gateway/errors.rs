@@ -57,6 +57,10 @@ pub struct ApiError {
     kind: ErrorType,
     param: Option<String>,
     code: &'static str,
+    /// Seconds after which the same request would be taken (a rate
+    /// limit): sent as `Retry-After`, and OpenAI's SDKs may retry.
+    #[serde(skip)]
+    retry_after: Option<u64>,
 }
 
 /// The `code` of an error response, left in the response's extensions for
@@ -77,6 +81,7 @@ impl ApiError {
             kind,
             param: None,
             code,
+            retry_after: None,
         }
     }
 
@@ -109,6 +114,13 @@ impl ApiError {
             "internal_error",
             "the host failed while handling this request; the failure is logged",
         )
+    }
+
+    /// Says that the same request is taken in `seconds` (`Retry-After`):
+    /// it ran nothing, so a client may send it again then.
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
     }
 
     /// Names the request field at fault.
@@ -147,8 +159,13 @@ impl IntoResponse for ApiError {
         // not to. Here one comes from a run that may already have called
         // tools (a round limit, a timeout), or from what a retry does not
         // change soon (a client's runs waiting for people): sent again, a
-        // whole run would run again.
-        if self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS {
+        // whole run would run again. A request refused with a time to come
+        // back ran nothing, and may.
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        } else if self.status.is_server_error() || self.status == StatusCode::TOO_MANY_REQUESTS {
             response
                 .headers_mut()
                 .insert("x-should-retry", HeaderValue::from_static("false"));

@@ -131,6 +131,9 @@
 //!   nothing written, and answered 503. With
 //!   [`GatewayConfig::max_parked_runs_per_principal`], one client past its
 //!   share is answered 429 the same way, and the others are not held up.
+//!   With [`GatewayConfig::rate_limits`], each key may make so many
+//!   requests a minute of the API routes; one past it is answered 429
+//!   `rate_limited` with `Retry-After`, before anything runs.
 //! - **Shutdown** ([`Gateway::serve`]): stop accepting, end event streams,
 //!   let in-flight requests finish, then the runs still at work (answered,
 //!   with nobody reading them); runs parked on a confirmation are left.
@@ -145,6 +148,7 @@ mod mcp;
 mod mcp_sessions;
 mod openai;
 mod ops;
+mod rate;
 mod runs;
 mod skills;
 
@@ -179,6 +183,8 @@ pub use keys::{ADMIN_PRINCIPAL, ApiKey, Principal};
 use keys::{Keys, require_admin_key, require_api_key};
 use ledger::RunLedger;
 use mcp_sessions::McpSessions;
+pub use rate::RateLimits;
+use rate::{Limiter, rate_limit};
 use runs::{Parking, ParkingLimits};
 
 /// Largest request body accepted. Default: 1 MiB — a chat request with a
@@ -272,6 +278,11 @@ pub struct GatewayConfig {
     /// Default: none (every key uses every skill and tool).
     /// [`Gateway::set_scopes`] replaces them.
     pub scopes: KeyScopes,
+    /// How many requests a minute each key may make of the API routes;
+    /// past it, a request is answered 429 `rate_limited` with
+    /// `Retry-After`, before anything runs. Default: unlimited.
+    /// [`Gateway::set_rate_limits`] replaces them.
+    pub rate_limits: RateLimits,
 }
 
 /// What API keys may use, by the key's name (`api-key-1`, or its name in
@@ -329,6 +340,7 @@ impl Default for GatewayConfig {
             cors_origins: Vec::new(),
             forward_headers: Vec::new(),
             scopes: KeyScopes::default(),
+            rate_limits: RateLimits::default(),
         }
     }
 }
@@ -354,6 +366,7 @@ impl fmt::Debug for GatewayConfig {
             .field("cors_origins", &self.cors_origins)
             .field("forward_headers", &self.forward_headers)
             .field("scopes", &self.scopes)
+            .field("rate_limits", &self.rate_limits)
             .finish()
     }
 }
@@ -439,6 +452,9 @@ struct AppState {
     keys: RwLock<Arc<Keys>>,
     /// Replaced whole by [`Gateway::set_scopes`].
     scopes: RwLock<Arc<KeyScopes>>,
+    /// Replaced whole, its buckets full again, by
+    /// [`Gateway::set_rate_limits`].
+    limiter: RwLock<Arc<Limiter>>,
     /// The sessions of `/mcp`.
     mcp_sessions: McpSessions,
     parking: Arc<Parking>,
@@ -455,6 +471,7 @@ impl Gateway {
             config.admin_key.as_deref(),
         )));
         let scopes = RwLock::new(Arc::new(config.scopes.clone()));
+        let limiter = RwLock::new(Arc::new(Limiter::new(config.rate_limits.clone())));
         let parking = Arc::new(Parking::new(ParkingLimits {
             total: config.max_parked_runs,
             per_principal: config.max_parked_runs_per_principal,
@@ -464,6 +481,7 @@ impl Gateway {
             config,
             keys,
             scopes,
+            limiter,
             mcp_sessions: McpSessions::default(),
             parking,
             ledger: Arc::default(),
@@ -501,6 +519,9 @@ impl Gateway {
                 "/mcp",
                 post(mcp::message).get(mcp::stream).delete(mcp::end_session),
             )
+            // The key first: a request is counted against the key it
+            // presents.
+            .route_layer(from_fn_with_state(state.clone(), rate_limit))
             .route_layer(from_fn_with_state(state.clone(), require_api_key));
         let admin = Router::new()
             .route("/v1/events", get(ops::events))
@@ -562,6 +583,21 @@ impl Gateway {
     /// The API keys' scopes in force.
     pub fn scopes(&self) -> Arc<KeyScopes> {
         self.state.scopes()
+    }
+
+    /// Replaces the keys' request rates ([`GatewayConfig::rate_limits`]):
+    /// every key starts again with a full minute's worth.
+    pub fn set_rate_limits(&self, limits: RateLimits) {
+        *self
+            .state
+            .limiter
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(Limiter::new(limits));
+    }
+
+    /// The keys' request rates in force.
+    pub fn rate_limits(&self) -> RateLimits {
+        self.state.limiter().limits().clone()
     }
 
     /// Ends the event streams (`GET /v1/events`), which would otherwise
@@ -646,6 +682,14 @@ impl AppState {
     /// The key scopes in force now.
     fn scopes(&self) -> Arc<KeyScopes> {
         self.scopes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The request rates in force now.
+    fn limiter(&self) -> Arc<Limiter> {
+        self.limiter
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use skillhost::agent::{PendingConfirmation, RunStore, list_kept_runs};
 use skillhost::embed::SkillHost;
-use skillhost::gateway::{self, Gateway, GatewayConfig};
+use skillhost::gateway::{self, Gateway, GatewayConfig, RateLimits};
 use skillhost::skills::signature::SignaturePolicy;
 
 use super::hangup::{FollowedConfig, reloaded};
@@ -145,6 +145,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     let has_api_keys = !api_keys.is_empty();
     let with_keys = has_api_keys || args.admin_key.is_some();
     let scopes = server.scopes()?;
+    let rate_limits = server.rate_limits()?;
     // After every setting that needs no network: a mistake in them is
     // reported without waiting on an MCP server.
     let super::Started {
@@ -197,6 +198,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
             cors_origins: server.cors_origins.clone().unwrap_or_default(),
             forward_headers,
             scopes,
+            rate_limits,
         },
     );
     warn_of_names_no_key_goes_by(&gateway);
@@ -215,7 +217,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
     );
     let config = args.host.config.clone().map(|path| {
         let keep_public = args.keep_public.clone();
-        FollowedConfig::new(path, &file, keep_public, &SCOPES_OF_API_KEYS)
+        FollowedConfig::new(path, &file, keep_public, &KEY_SETTINGS)
     });
     super::hangup::reload_on_hangup(gateway.host().clone(), trust, config, move |config| {
         if let Some(file) = &keys_file {
@@ -223,6 +225,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<ExitCode> {
         }
         if let Some(config) = config {
             reload_scopes(&reloaded, config);
+            reload_rate_limits(&reloaded, config);
         }
         warn_of_names_no_key_goes_by(&reloaded);
     })
@@ -346,9 +349,14 @@ fn report_check(gateway: &Gateway, listen: SocketAddr, runs_dir: Option<&Path>) 
     }
 }
 
-/// The settings of the config file that give API keys their scopes, which
-/// `serve` reads again at a SIGHUP.
-const SCOPES_OF_API_KEYS: [&str; 2] = ["server.skill_scopes", "server.tool_scopes"];
+/// The settings of the config file that API keys are held to (their
+/// scopes and request rates), which `serve` reads again at a SIGHUP.
+const KEY_SETTINGS: [&str; 4] = [
+    "server.skill_scopes",
+    "server.tool_scopes",
+    "server.requests_per_minute",
+    "server.key_requests_per_minute",
+];
 
 /// Puts the API keys' scopes of `file` (the config file read again) in
 /// force, and says so when they changed. Scopes that do not check keep
@@ -372,6 +380,43 @@ fn reload_scopes(gateway: &Gateway, file: &config::ConfigFile) {
             reloaded(gateway.host(), "api_key_scopes", Err(why));
         }
     }
+}
+
+/// Puts the API keys' request rates of `file` (the config file read
+/// again) in force, every key's bucket full again, and says so when they
+/// changed. Rates that do not check keep those in force, saying why.
+fn reload_rate_limits(gateway: &Gateway, file: &config::ConfigFile) {
+    match file.server.rate_limits() {
+        Ok(limits) => {
+            if gateway.rate_limits() != limits {
+                let said = format!(
+                    "API keys' request rates read again from {}: {}",
+                    file.path().display(),
+                    describe_rates(&limits)
+                );
+                gateway.set_rate_limits(limits);
+                reloaded(gateway.host(), "api_key_rates", Ok(said));
+            }
+        }
+        Err(error) => {
+            let why = format!("{error:#}; the rates in force stay");
+            reloaded(gateway.host(), "api_key_rates", Err(why));
+        }
+    }
+}
+
+/// `limits` as a person reads them: `60 requests a minute per key, batch
+/// 600`.
+fn describe_rates(limits: &RateLimits) -> String {
+    let every = match limits.per_key {
+        Some(rate) => format!("{rate} requests a minute per key"),
+        None => "no limit per key".to_owned(),
+    };
+    let named = limits
+        .keys
+        .iter()
+        .map(|(name, rate)| format!(", {name} {rate}"));
+    std::iter::once(every).chain(named).collect()
 }
 
 /// Warns of what the settings in force name that no key in force goes by
@@ -398,18 +443,29 @@ fn warn_of_names_no_key_goes_by(gateway: &Gateway) {
         "a call only they may approve can only be rejected or expire",
     );
     let scopes = gateway.scopes();
-    for (table, named) in [
+    let rates = gateway.rate_limits();
+    for (table, named, meanwhile) in [
         (
             "[server.skill_scopes]",
             Vec::from_iter(scopes.skills.keys()),
+            "its scope limits nobody",
         ),
-        ("[server.tool_scopes]", Vec::from_iter(scopes.tools.keys())),
+        (
+            "[server.tool_scopes]",
+            Vec::from_iter(scopes.tools.keys()),
+            "its scope limits nobody",
+        ),
+        (
+            "[server.key_requests_per_minute]",
+            Vec::from_iter(rates.keys.keys()),
+            "its rate limits nobody",
+        ),
     ] {
         warn_of_unknown_key_names(
             &format!("{table} names keys"),
             named.into_iter(),
             &principals,
-            "its scope limits nobody",
+            meanwhile,
         );
     }
 }
