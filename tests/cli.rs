@@ -1231,6 +1231,16 @@ struct Serving {
     stderr: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>,
 }
 
+impl Serving {
+    /// Writes `config` as the config file in `work`, sends SIGHUP, and
+    /// waits for serve to say `said`.
+    async fn read_again(&mut self, work: &Workdir, config: &str, said: &str) {
+        std::fs::write(work.path("skillhost.toml"), config).unwrap();
+        send_signal(&self.child, "-HUP").await;
+        said_next(&mut self.stderr, said).await;
+    }
+}
+
 /// Starts `command` (a `skillhost serve` on port 0) and waits for it to
 /// announce its address.
 async fn serving(mut command: Command) -> Serving {
@@ -2555,43 +2565,28 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
         &bundled(),
     );
     command.env("SKILLHOST_API_KEYS", "k-desk");
-    let Serving {
-        child: serve,
-        base,
-        mut stderr,
-        ..
-    } = serving(command).await;
+    let mut serve = serving(command).await;
     let http = reqwest::Client::new();
+    let url = format!("{}/v1/skills/processRefund", serve.base);
     let refund_shown = || async {
-        http.get(format!("{base}/v1/skills/processRefund"))
-            .bearer_auth("k-desk")
-            .send()
-            .await
-            .unwrap()
-            .status()
+        let request = http.get(&url).bearer_auth("k-desk");
+        request.send().await.unwrap().status()
     };
     assert_eq!(refund_shown().await, reqwest::StatusCode::FORBIDDEN);
 
-    std::fs::write(
-        work.path("skillhost.toml"),
-        "[server.skill_scopes]\napi-key-1 = [\" \"]\n",
-    )
-    .unwrap();
-    send_signal(&serve, "-HUP").await;
-    said_next(&mut stderr, "the scopes in force stay").await;
+    let blank = "[server.skill_scopes]\napi-key-1 = [\" \"]\n";
+    serve
+        .read_again(&work, blank, "the scopes in force stay")
+        .await;
     assert_eq!(refund_shown().await, reqwest::StatusCode::FORBIDDEN);
 
-    std::fs::write(
-        work.path("skillhost.toml"),
-        "[server.skill_scopes]\napi-key-1 = [\"inquire*\", \"process*\"]\n",
-    )
-    .unwrap();
-    send_signal(&serve, "-HUP").await;
-    said_next(
-        &mut stderr,
-        "API keys' scopes read again from skillhost.toml: 1 key(s) scoped",
-    )
-    .await;
+    serve
+        .read_again(
+            &work,
+            "[server.skill_scopes]\napi-key-1 = [\"inquire*\", \"process*\"]\n",
+            "API keys' scopes read again from skillhost.toml: 1 key(s) scoped",
+        )
+        .await;
     assert_eq!(refund_shown().await, reqwest::StatusCode::OK);
 }
 
@@ -2609,12 +2604,8 @@ async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() 
     );
     command.env("SKILLHOST_API_KEYS", "k-desk,k-batch");
     command.env("SKILLHOST_ADMIN_KEY", "k-admin");
-    let Serving {
-        child: serve,
-        base,
-        mut stderr,
-        ..
-    } = serving(command).await;
+    let mut serve = serving(command).await;
+    let base = serve.base.clone();
     let http = reqwest::Client::new();
     let list = |key: &'static str| {
         let request = http.get(format!("{base}/v1/skills")).bearer_auth(key);
@@ -2652,30 +2643,23 @@ async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() 
         assert_eq!(metrics.status(), reqwest::StatusCode::OK);
     }
 
-    std::fs::write(
-        work.path("skillhost.toml"),
-        "[server.key_requests_per_minute]\n\" \" = 5\n",
-    )
-    .unwrap();
-    send_signal(&serve, "-HUP").await;
-    said_next(&mut stderr, "the rates in force stay").await;
+    let blank = "[server.key_requests_per_minute]\n\" \" = 5\n";
+    serve
+        .read_again(&work, blank, "the rates in force stay")
+        .await;
     assert_eq!(
         list("k-desk").await.status(),
         reqwest::StatusCode::TOO_MANY_REQUESTS
     );
 
-    std::fs::write(
-        work.path("skillhost.toml"),
-        "[server]\nrequests_per_minute = 2\n[server.key_requests_per_minute]\napi-key-1 = 600\n",
-    )
-    .unwrap();
-    send_signal(&serve, "-HUP").await;
-    said_next(
-        &mut stderr,
-        "API keys' request rates read again from skillhost.toml: 2 requests a minute per key, \
-         api-key-1 600",
-    )
-    .await;
+    serve
+        .read_again(
+            &work,
+            "[server]\nrequests_per_minute = 2\n[server.key_requests_per_minute]\napi-key-1 = 600\n",
+            "API keys' request rates read again from skillhost.toml: 2 requests a minute per key, \
+             api-key-1 600",
+        )
+        .await;
     for _ in 0..5 {
         assert_eq!(list("k-desk").await.status(), reqwest::StatusCode::OK);
     }

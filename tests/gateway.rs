@@ -224,6 +224,22 @@ impl Served {
         .await
     }
 
+    /// A chat of one user message, sent with `headers`.
+    async fn chat_with_headers(
+        &self,
+        content: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, Value) {
+        let mut request = self
+            .http
+            .post(self.url("/v1/chat/completions"))
+            .json(&json!({"messages": [{"role": "user", "content": content}]}));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        read(request.send().await.expect("POST")).await
+    }
+
     /// Invokes the skill `name` with `input`.
     async fn invoke(&self, name: &str, input: Value) -> (StatusCode, Value) {
         self.post(&format!("/v1/skills/{name}/invoke"), input).await
@@ -2746,16 +2762,6 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
             .unwrap()
             .to_owned()
     };
-    let chat_as = |served: &Served, headers: &[(&str, &str)]| {
-        let mut request = served
-            .http
-            .post(served.url("/v1/chat/completions"))
-            .json(&json!({"messages": [{"role": "user", "content": "who am I?"}]}));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        async move { read(request.send().await.unwrap()).await }
-    };
     let script = || {
         (0..3)
             .flat_map(|_| [Step::tool_call("whoAmI", json!({})), Step::text("done")])
@@ -2780,7 +2786,7 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
         ("Authorization", "Bearer user-token"),
         ("Cookie", "session=not-for-tools"),
     ];
-    let (status, _) = chat_as(&served, &user).await;
+    let (status, _) = served.chat_with_headers("who am I?", &user).await;
     assert_eq!(status, StatusCode::OK);
     let seen: Value = serde_json::from_str(&call_result(&llm, 0)).unwrap();
     assert_eq!(
@@ -2788,7 +2794,7 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
         json!({"authorization": "Bearer user-token", "userId": "agent-7"})
     );
     // A request naming nobody: the call fails, unsent, and the model is told.
-    let (status, _) = chat_as(&served, &[]).await;
+    let (status, _) = served.chat_with_headers("who am I?", &[]).await;
     assert_eq!(status, StatusCode::OK);
     let refused = call_result(&llm, 1);
     assert!(
@@ -2809,11 +2815,12 @@ async fn http_tools_act_for_the_user_the_request_names_and_never_for_nobody() {
         ..Setup::default()
     })
     .await;
-    let (status, _) = chat_as(
-        &served,
-        &[("X-User-Id", "agent-7"), ("Authorization", "Bearer k1")],
-    )
-    .await;
+    let (status, _) = served
+        .chat_with_headers(
+            "who am I?",
+            &[("X-User-Id", "agent-7"), ("Authorization", "Bearer k1")],
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     let refused = call_result(&llm, 0);
     assert!(refused.contains("`authorization` header"), "{refused}");
@@ -2846,16 +2853,6 @@ async fn a_requests_trace_goes_on_to_the_llm_and_the_tools_its_run_calls() {
         ..Setup::default()
     })
     .await;
-    let chat_with = |headers: &[(&str, &str)]| {
-        let mut request = served
-            .http
-            .post(served.url("/v1/chat/completions"))
-            .json(&json!({"messages": [{"role": "user", "content": "which trace?"}]}));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        async move { read(request.send().await.unwrap()).await }
-    };
     // The trace headers of the LLM's request `at`.
     let sent = |at: usize| {
         let request = &llm.requests()[at];
@@ -2870,14 +2867,23 @@ async fn a_requests_trace_goes_on_to_the_llm_and_the_tools_its_run_calls() {
     };
 
     let state = "congo=t61rcWkgMzE";
-    let (status, _) = chat_with(&[("traceparent", CALLER), ("tracestate", state)]).await;
+    let (status, _) = served
+        .chat_with_headers(
+            "which trace?",
+            &[("traceparent", CALLER), ("tracestate", state)],
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     let traced = [Some(CALLER.to_owned()), Some(state.to_owned())];
     assert_eq!([sent(0), sent(1)], [traced.clone(), traced]);
     assert_eq!(seen(0), json!({"traceparent": CALLER, "tracestate": state}));
 
-    let (status, _) =
-        chat_with(&[("traceparent", "00-not-a-trace-01"), ("tracestate", state)]).await;
+    let (status, _) = served
+        .chat_with_headers(
+            "which trace?",
+            &[("traceparent", "00-not-a-trace-01"), ("tracestate", state)],
+        )
+        .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!([sent(2), sent(3)], [[None, None], [None, None]]);
     assert_eq!(seen(2), json!({"traceparent": null, "tracestate": null}));
