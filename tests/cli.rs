@@ -2338,11 +2338,16 @@ impl McpPeer {
     /// Starts `command` with its standard input and output piped, killed
     /// when the child is dropped. Its stderr, which no test reads, goes to
     /// nothing: a pipe left unread would stop it once full.
-    fn start(mut command: Command) -> (tokio::process::Child, Self) {
+    fn start(command: Command) -> (tokio::process::Child, Self) {
+        Self::start_logging(command, Stdio::null())
+    }
+
+    /// [`McpPeer::start`], its stderr (the logs) going to `stderr`.
+    fn start_logging(mut command: Command, stderr: Stdio) -> (tokio::process::Child, Self) {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(stderr)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -2663,6 +2668,42 @@ async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() 
     for _ in 0..5 {
         assert_eq!(list("k-desk").await.status(), reqwest::StatusCode::OK);
     }
+}
+
+/// A `tools/call` whose `params._meta` names a W3C trace (MCP's SEP-414)
+/// runs in it: the run's log lines name its trace id.
+#[tokio::test]
+async fn mcp_runs_a_call_in_the_trace_its_meta_names() {
+    let work = Workdir::new();
+    let log = work.path("mcp.log");
+    let (_child, mut peer) = McpPeer::start_logging(
+        work.host_command(&["--log-format", "json", "-v", "mcp"], &bundled()),
+        std::fs::File::create(&log).unwrap().into(),
+    );
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "inquireOrderStatus", "arguments": {"orderId": "88231"},
+        "_meta": {"traceparent": format!("00-{trace}-00f067aa0ba902b7-01")}}});
+    let answer = peer.exchange(call).await;
+    assert_eq!(answer["result"].get("isError"), None, "{answer}");
+    // The run's span closes after the answer is sent: wait for its line.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let run_closed = loop {
+        let logged = std::fs::read_to_string(&log).unwrap();
+        let closed = logged
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .find(|line| line["span"]["name"] == "run" && line["fields"]["message"] == "close");
+        if let Some(closed) = closed {
+            break closed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no run span closed: {logged}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(run_closed["span"]["trace_id"], trace, "{run_closed}");
 }
 
 /// `skillhost mcp --only-skills` serves only the skills its patterns name: the
