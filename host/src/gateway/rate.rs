@@ -75,7 +75,8 @@ const BUCKETS_BEFORE_CLEANUP: usize = 10_000;
 pub(super) struct Limiter {
     limits: RateLimits,
     named: HashMap<String, (NonZeroU32, DefaultDirectRateLimiter)>,
-    others: Option<DefaultKeyedRateLimiter<Option<String>>>,
+    /// Every other caller's bucket, at [`RateLimits::per_key`].
+    others: Option<(NonZeroU32, DefaultKeyedRateLimiter<Option<String>>)>,
     /// The count of `others`' buckets past which full ones are dropped.
     cleanup_at: AtomicUsize,
 }
@@ -94,7 +95,7 @@ impl Limiter {
             .collect();
         let others = limits
             .per_key
-            .map(|rate| RateLimiter::keyed(Quota::per_minute(rate)));
+            .map(|rate| (rate, RateLimiter::keyed(Quota::per_minute(rate))));
         Self {
             limits,
             named,
@@ -120,17 +121,16 @@ impl Limiter {
                 .check()
                 .map_err(|not_until| limited(not_until, *rate));
         }
-        let (Some(others), Some(rate)) = (&self.others, self.limits.per_key) else {
+        let Some((rate, others)) = &self.others else {
             return Ok(());
         };
         let checked = others.check_key(&principal.map(str::to_owned));
-        let held = others.len();
-        if held >= self.cleanup_at.load(Ordering::Relaxed) {
+        if others.len() >= self.cleanup_at.load(Ordering::Relaxed) {
             others.retain_recent();
             let next = (others.len() * 2).max(BUCKETS_BEFORE_CLEANUP);
             self.cleanup_at.store(next, Ordering::Relaxed);
         }
-        checked.map_err(|not_until| limited(not_until, rate))
+        checked.map_err(|not_until| limited(not_until, *rate))
     }
 }
 
