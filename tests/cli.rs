@@ -1492,8 +1492,10 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
         mut stderr,
         ..
     } = serve().await;
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let accepted: Value = http
         .post(format!("{base}/v1/skills/processRefund/invoke"))
+        .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
         .json(&json!({"orderId": "88231", "reason": "broken"}))
         .send()
         .await
@@ -1534,6 +1536,7 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
                 "waiting, expires",
                 "skill processRefund",
                 confirmation.as_str().unwrap(),
+                &format!("trace {trace}"),
             ]
         ),
         "{}",
@@ -1545,6 +1548,7 @@ async fn a_run_waiting_for_approval_is_kept_across_a_restart() {
     assert_eq!(listed["runs"][0]["state"], "waiting");
     assert_eq!(listed["runs"][0]["kind"], "skill");
     assert_eq!(listed["runs"][0]["confirmation"], *confirmation);
+    assert_eq!(listed["runs"][0]["trace_id"], trace);
     assert_eq!(listed["unreadable"], json!([]));
     // A check before the restart lists the run, and leaves it as it is.
     let kept_before = std::fs::read(&kept).unwrap();
@@ -3340,6 +3344,72 @@ async fn ask_acts_for_the_user_its_header_option_names() {
         2,
     );
     assert!(stderr.contains("expected 'Name: value'"), "{stderr}");
+}
+
+/// `ask` (as `chat` and `run`) runs in the trace its environment names, as
+/// a traced job hands it to the commands it starts (OpenTelemetry's
+/// `TRACEPARENT` and `TRACESTATE`): the model and the tools see it. A
+/// malformed one is named, and sends nothing.
+#[tokio::test]
+async fn ask_runs_in_the_trace_its_environment_names() {
+    let crm = crm_service().await;
+    let work = Workdir::new();
+    let config = work.path("skillhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[tools]]\nname = \"traceSeen\"\ndescription = \"The trace the CRM sees.\"\n\
+             access = \"read\"\nurl = \"{crm}/api/trace\"\nparameters = {{ type = \"object\" }}\n"
+        ),
+    )
+    .unwrap();
+    let ask = async |traceparent: &str| {
+        let llm = ScriptedLlm::start(vec![
+            Step::tool_call("traceSeen", json!({})),
+            Step::text("done"),
+        ])
+        .await;
+        let config = config.to_str().unwrap();
+        let mut command =
+            work.host_command(&["ask", "which trace?", "--config", config], &bundled());
+        command
+            .env("TRACEPARENT", traceparent)
+            .env("TRACESTATE", "shop=7");
+        let (_, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+        let requests = llm.requests();
+        let sent: Vec<_> = requests
+            .iter()
+            .map(|request| request.header("traceparent").map(str::to_owned))
+            .collect();
+        let seen: Value = serde_json::from_str(
+            requests[1].messages().last().unwrap()["content"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        (sent, seen, stderr)
+    };
+
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (sent, seen, stderr) = ask(traceparent).await;
+    assert_eq!(
+        sent,
+        [Some(traceparent.to_owned()), Some(traceparent.to_owned())]
+    );
+    assert_eq!(
+        seen,
+        json!({"traceparent": traceparent, "tracestate": "shop=7"})
+    );
+    assert!(!stderr.contains("TRACEPARENT"), "{stderr}");
+
+    let (sent, seen, stderr) = ask("00-not-a-trace").await;
+    assert_eq!(sent, [None, None]);
+    assert_eq!(seen, json!({"traceparent": null, "tracestate": null}));
+    assert!(
+        stderr.contains("TRACEPARENT: not a W3C traceparent")
+            && stderr.contains("\"00-not-a-trace\"; the run goes on in no trace"),
+        "{stderr}"
+    );
 }
 
 /// What a file says of itself reaches the terminal with its control

@@ -483,7 +483,10 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
             .build()
             .await
             .unwrap();
-        let mut run = host.invoke("processRefund", refund_input()).unwrap();
+        let in_trace = RunOptions::new().trace(TraceContext::parse(TRACEPARENT, None).unwrap());
+        let mut run = host
+            .invoke_with("processRefund", refund_input(), in_trace)
+            .unwrap();
         let mut approved = None;
         while let Some(event) = run.events.recv().await {
             if let AgentEvent::ConfirmationPending(pending) = event {
@@ -515,6 +518,11 @@ fn a_run_whose_approved_call_was_under_way_is_told_as_interrupted_and_not_run_ag
     assert_eq!((&listed[0].run, listed[0].state), (&run, "interrupted"));
     assert!(listed[0].summary.starts_with("applyRefund: "));
     assert!(listed[0].approved_at.is_some());
+    // Its trace is told, to find the call's spans by.
+    assert_eq!(
+        listed[0].trace_id.as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736")
+    );
 
     let process = tokio::runtime::Runtime::new().unwrap();
     process.block_on(async {

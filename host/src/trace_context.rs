@@ -11,6 +11,11 @@
 //! with it untouched. A malformed `traceparent` is no trace context at all
 //! (nothing is sent); a malformed `tracestate` is dropped and the
 //! `traceparent` kept, as the W3C recommendation allows.
+//!
+//! A process started by a traced job (a CI step, a batch script) finds its
+//! context in the environment, as OpenTelemetry's environment-variable
+//! carrier passes it ([`TraceContext::from_env`]): the CLI's `run`, `ask`
+//! and `chat` run in it.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
@@ -20,6 +25,12 @@ use serde_json::{Map, Value};
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// The header (and `_meta` key) carrying vendors' own trace data.
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The environment variable a process is handed its caller's
+/// `traceparent` in (OpenTelemetry's environment-variable carrier).
+pub const TRACEPARENT_VAR: &str = "TRACEPARENT";
+/// The environment variable beside [`TRACEPARENT_VAR`] with the `tracestate`.
+pub const TRACESTATE_VAR: &str = "TRACESTATE";
 
 /// The longest `tracestate` passed on: the W3C recommendation's 512
 /// characters, beyond which vendors may cut members anyway.
@@ -92,6 +103,20 @@ impl TraceContext {
         Self::parse(traceparent, tracestate)
     }
 
+    /// The context the process was started in: the environment's
+    /// [`TRACEPARENT_VAR`] and [`TRACESTATE_VAR`]. `Ok(None)` without a
+    /// `TRACEPARENT`.
+    pub fn from_env() -> Result<Option<Self>, InvalidTraceparent> {
+        let Some(traceparent) = std::env::var_os(TRACEPARENT_VAR) else {
+            return Ok(None);
+        };
+        let traceparent = traceparent.to_string_lossy();
+        let tracestate = std::env::var(TRACESTATE_VAR).ok();
+        Self::parse(&traceparent, tracestate.as_deref())
+            .map(Some)
+            .ok_or_else(|| InvalidTraceparent(traceparent.into_owned()))
+    }
+
     /// The trace's id: 32 lowercase hex digits.
     pub fn trace_id(&self) -> &str {
         &self.traceparent[3..35]
@@ -135,6 +160,11 @@ impl TraceContext {
     }
 }
 
+/// A `traceparent` that is not a valid one: what it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a W3C traceparent (`00-<32 hex digits>-<16 hex digits>-<2 hex digits>`): {0:?}")]
+pub struct InvalidTraceparent(pub String);
+
 /// Whether a `tracestate` may be passed on as it is: printable ASCII (what
 /// its list members are made of), within the recommended length.
 fn passable(state: &str) -> bool {
@@ -155,11 +185,11 @@ struct Carried {
 }
 
 impl TryFrom<Carried> for TraceContext {
-    type Error = String;
+    type Error = InvalidTraceparent;
 
-    fn try_from(carried: Carried) -> Result<Self, String> {
+    fn try_from(carried: Carried) -> Result<Self, InvalidTraceparent> {
         Self::parse(&carried.traceparent, carried.tracestate.as_deref())
-            .ok_or_else(|| format!("not a W3C traceparent: {:?}", carried.traceparent))
+            .ok_or(InvalidTraceparent(carried.traceparent))
     }
 }
 

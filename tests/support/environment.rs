@@ -3,15 +3,18 @@
 use std::ffi::OsString;
 
 /// The variables of this process's environment that configure `skillhost`
-/// (`SKILLHOST_*`) or its LLM (`OPENAI_*`), whichever the binary reads now
-/// or will: a test removes them all from a spawned binary's environment, so
-/// that the machine's own settings never leak into it.
+/// (`SKILLHOST_*`), its LLM (`OPENAI_*`) or the trace it runs in
+/// (`TRACEPARENT`, `TRACESTATE`), whichever the binary reads now or will: a
+/// test removes them all from a spawned binary's environment, so that the
+/// machine's own settings never leak into it.
 pub fn host_settings() -> Vec<OsString> {
     std::env::vars_os()
         .map(|(name, _)| name)
         .filter(|name| {
             let name = name.as_encoded_bytes();
-            name.starts_with(b"SKILLHOST_") || name.starts_with(b"OPENAI_")
+            name.starts_with(b"SKILLHOST_")
+                || name.starts_with(b"OPENAI_")
+                || [&b"TRACEPARENT"[..], b"TRACESTATE"].contains(&name)
         })
         .collect()
 }

@@ -124,6 +124,9 @@ pub(super) struct ApprovedRun {
     /// the run ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) returned: Option<Returned>,
+    /// The distributed trace the run is part of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) trace: Option<TraceContext>,
 }
 
 /// What an approved call returned.
@@ -146,23 +149,19 @@ impl Returned {
 }
 
 impl ApprovedRun {
-    /// What to write once `approved` is approved (by `by`), while the call
-    /// runs.
-    pub(super) fn of(
-        run: RunId,
-        requested_by: Option<String>,
-        approved: &PendingConfirmation,
-        by: Option<&str>,
-    ) -> Self {
+    /// What to write once `approved`, of `run`, is approved (by `by`),
+    /// while the call runs.
+    pub(super) fn of(run: &RunContext, approved: &PendingConfirmation, by: Option<&str>) -> Self {
         Self {
             format: FORMAT,
-            run,
-            requested_by,
+            run: run.id.clone(),
+            requested_by: run.requested_by.clone(),
             caller: approved.caller.clone(),
             approved: KeptConfirmation::of(approved),
             by: by.map(str::to_owned),
             at: SystemTime::now(),
             returned: None,
+            trace: run.trace.clone(),
         }
     }
 }
@@ -747,6 +746,8 @@ pub struct KeptRunInfo {
     /// What the approved call returned, when it did (approved runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub returned: Option<Returned>,
+    /// The id of the distributed trace the run is part of, if any.
+    pub trace_id: Option<String>,
 }
 
 impl KeptRunInfo {
@@ -762,7 +763,13 @@ impl KeptRunInfo {
                 Self {
                     kind: Some(kind),
                     skill,
-                    ..Self::of(kept.run, kept.requested_by, "waiting", kept.waiting)
+                    ..Self::of(
+                        kept.run,
+                        kept.requested_by,
+                        "waiting",
+                        kept.waiting,
+                        kept.trace,
+                    )
                 }
             }
             Stored::Approved(approved) => Self {
@@ -774,17 +781,19 @@ impl KeptRunInfo {
                     approved.requested_by,
                     if host_there { "running" } else { "interrupted" },
                     approved.approved,
+                    approved.trace,
                 )
             },
         }
     }
 
-    /// `run`, in `state`, on `call`: what every kept run says.
+    /// `run`, in `state`, on `call`, in `trace`: what every kept run says.
     fn of(
         run: RunId,
         requested_by: Option<String>,
         state: &'static str,
         call: KeptConfirmation,
+        trace: Option<TraceContext>,
     ) -> Self {
         Self {
             run,
@@ -798,6 +807,7 @@ impl KeptRunInfo {
             approved_by: None,
             approved_at: None,
             returned: None,
+            trace_id: trace.map(|trace| trace.trace_id().to_owned()),
         }
     }
 }

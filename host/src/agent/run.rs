@@ -1037,7 +1037,7 @@ impl RunContext {
     /// again for a write that may have run.
     fn keep_approved(&self, approved: &PendingConfirmation, by: Option<&str>) {
         let Some(keeping) = &self.kept else { return };
-        let record = ApprovedRun::of(self.id.clone(), self.requested_by.clone(), approved, by);
+        let record = ApprovedRun::of(self, approved, by);
         self.keep_approval(keeping, record, "while the call runs");
     }
 

@@ -12,6 +12,7 @@ use http::{HeaderName, HeaderValue};
 use skillhost::agent::llm::LlmClient;
 use skillhost::agent::{Agent, AgentEvent, Decision, PendingConfirmation, RunHandle, RunOptions};
 use skillhost::tools::http::Forwarded;
+use skillhost::trace_context::{TRACEPARENT_VAR, TraceContext};
 
 use super::config::ConfigFile;
 use super::{HostArgs, console, load_skills};
@@ -50,13 +51,15 @@ impl ApprovalArgs {
 }
 
 /// Who a run acts for, for `run`, `ask` and `chat`: the headers that
-/// `serve` would take from each request.
+/// `serve` would take from each request, and the trace it is part of.
 #[derive(Debug, clap::Args)]
 pub struct ForwardArgs {
     /// A header the run carries for the config file's HTTP tools that
     /// forward it (their `forward_headers`), as 'Name: value', e.g.
     /// 'X-User-Id: u-1001'; repeatable. Under `serve` such headers come from
-    /// each request; without one, such a tool refuses the call.
+    /// each request; without one, such a tool refuses the call. The run's
+    /// W3C trace comes from the environment's TRACEPARENT and TRACESTATE:
+    /// the model and every HTTP and MCP tool get it.
     #[arg(long = "header", short = 'H', value_name = "NAME: VALUE", value_parser = parse_header)]
     headers: Vec<(HeaderName, HeaderValue)>,
 }
@@ -83,13 +86,25 @@ impl ForwardArgs {
         }
     }
 
-    /// How to start the run: its tool context carries the headers.
+    /// How to start the run: its tool context carries the headers, and it
+    /// runs in the trace the environment names, if any (`TRACEPARENT`,
+    /// `TRACESTATE`), as a command a traced job starts.
     pub fn run_options(&self) -> RunOptions {
         let mut forwarded = Forwarded::default();
         for (name, value) in &self.headers {
             forwarded.append(name.clone(), value.clone());
         }
-        RunOptions::new().with(forwarded)
+        let options = RunOptions::new().with(forwarded);
+        match TraceContext::from_env() {
+            Ok(Some(trace)) => options.trace(trace),
+            Ok(None) => options,
+            Err(invalid) => {
+                console::warn(&format!(
+                    "{TRACEPARENT_VAR}: {invalid}; the run goes on in no trace"
+                ));
+                options
+            }
+        }
     }
 }
 

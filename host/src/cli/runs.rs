@@ -30,7 +30,7 @@ pub struct RunsArgs {
     config: Option<PathBuf>,
     /// Print one JSON object: runs [{run, requested_by, state, kind, skill,
     /// confirmation, summary, expires_at, approved_by, approved_at,
-    /// returned?}] and unreadable [{file, reason}].
+    /// returned?, trace_id}] and unreadable [{file, reason}].
     #[arg(long)]
     json: bool,
 }
@@ -106,8 +106,13 @@ fn describe(run: &KeptRunInfo) -> String {
         .as_ref()
         .map(|principal| format!(", for {principal}"))
         .unwrap_or_default();
+    let traced = run
+        .trace_id
+        .as_ref()
+        .map(|trace| format!("; trace {trace}"))
+        .unwrap_or_default();
     format!(
-        "{}  {}  ({stands}; {what}{acting}; confirmation {})",
+        "{}  {}  ({stands}; {what}{acting}; confirmation {}{traced})",
         run.run, run.summary, run.confirmation
     )
 }
