@@ -2602,7 +2602,7 @@ async fn serve_reads_the_api_keys_skill_scopes_again_at_sighup() {
 /// `requests_per_minute` in the config file: a key past its rate is
 /// answered 429 with `Retry-After`, the admin routes are not counted, and a
 /// rate changed in the file takes effect at SIGHUP (a bad one keeps the
-/// rates in force).
+/// rates in force), refilling only the buckets whose rate changed.
 #[tokio::test]
 async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() {
     let work = Workdir::new();
@@ -2672,6 +2672,13 @@ async fn serve_holds_each_key_to_its_rate_and_reads_the_rates_again_at_sighup() 
     for _ in 0..5 {
         assert_eq!(list("k-desk").await.status(), reqwest::StatusCode::OK);
     }
+    // The other key's rate stayed, and so did its bucket: one of its two
+    // requests is left, not a fresh minute's worth.
+    assert_eq!(list("k-batch").await.status(), reqwest::StatusCode::OK);
+    assert_eq!(
+        list("k-batch").await.status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
 }
 
 /// A `tools/call` whose `params._meta` names a W3C trace (MCP's SEP-414)

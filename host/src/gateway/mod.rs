@@ -586,13 +586,15 @@ impl Gateway {
     }
 
     /// Replaces the keys' request rates ([`GatewayConfig::rate_limits`]):
-    /// every key starts again with a full minute's worth.
+    /// a key whose rate changed starts with a full minute's worth, the
+    /// others go on with what they have left.
     pub fn set_rate_limits(&self, limits: RateLimits) {
-        *self
+        let mut limiter = self
             .state
             .limiter
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(Limiter::new(limits));
+            .unwrap_or_else(PoisonError::into_inner);
+        *limiter = Arc::new(Limiter::succeeding(limits, Some(&limiter)));
     }
 
     /// The keys' request rates in force.

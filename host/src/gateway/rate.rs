@@ -74,33 +74,53 @@ const BUCKETS_BEFORE_CLEANUP: usize = 10_000;
 /// and one per other caller as it is first seen.
 pub(super) struct Limiter {
     limits: RateLimits,
-    named: HashMap<String, (NonZeroU32, DefaultDirectRateLimiter)>,
+    named: HashMap<String, (NonZeroU32, Arc<DefaultDirectRateLimiter>)>,
     /// Every other caller's bucket, at [`RateLimits::per_key`].
-    others: Option<(NonZeroU32, DefaultKeyedRateLimiter<Option<String>>)>,
-    /// The count of `others`' buckets past which full ones are dropped.
+    others: Option<Arc<Others>>,
+}
+
+/// The buckets of the callers without a rate of their own.
+struct Others {
+    rate: NonZeroU32,
+    buckets: DefaultKeyedRateLimiter<Option<String>>,
+    /// The count of buckets past which full ones are dropped.
     cleanup_at: AtomicUsize,
 }
 
 impl Limiter {
     pub(super) fn new(limits: RateLimits) -> Self {
+        Self::succeeding(limits, None)
+    }
+
+    /// The buckets of `limits`, those of `before` whose rate stays going on
+    /// as they are: a change of one key's rate refills no other's bucket.
+    pub(super) fn succeeding(limits: RateLimits, before: Option<&Limiter>) -> Self {
         let named = limits
             .keys
             .iter()
             .map(|(name, &rate)| {
-                (
-                    name.clone(),
-                    (rate, RateLimiter::direct(Quota::per_minute(rate))),
-                )
+                let bucket = match before.and_then(|before| before.named.get(name)) {
+                    Some((was, bucket)) if *was == rate => bucket.clone(),
+                    _ => Arc::new(RateLimiter::direct(Quota::per_minute(rate))),
+                };
+                (name.clone(), (rate, bucket))
             })
             .collect();
-        let others = limits
-            .per_key
-            .map(|rate| (rate, RateLimiter::keyed(Quota::per_minute(rate))));
+        let others =
+            limits.per_key.map(
+                |rate| match before.and_then(|before| before.others.as_ref()) {
+                    Some(others) if others.rate == rate => others.clone(),
+                    _ => Arc::new(Others {
+                        rate,
+                        buckets: RateLimiter::keyed(Quota::per_minute(rate)),
+                        cleanup_at: AtomicUsize::new(BUCKETS_BEFORE_CLEANUP),
+                    }),
+                },
+            );
         Self {
             limits,
             named,
             others,
-            cleanup_at: AtomicUsize::new(BUCKETS_BEFORE_CLEANUP),
         }
     }
 
@@ -121,16 +141,17 @@ impl Limiter {
                 .check()
                 .map_err(|not_until| limited(not_until, *rate));
         }
-        let Some((rate, others)) = &self.others else {
+        let Some(others) = &self.others else {
             return Ok(());
         };
-        let checked = others.check_key(&principal.map(str::to_owned));
-        if others.len() >= self.cleanup_at.load(Ordering::Relaxed) {
-            others.retain_recent();
-            let next = (others.len() * 2).max(BUCKETS_BEFORE_CLEANUP);
-            self.cleanup_at.store(next, Ordering::Relaxed);
+        let buckets = &others.buckets;
+        let checked = buckets.check_key(&principal.map(str::to_owned));
+        if buckets.len() >= others.cleanup_at.load(Ordering::Relaxed) {
+            buckets.retain_recent();
+            let next = (buckets.len() * 2).max(BUCKETS_BEFORE_CLEANUP);
+            others.cleanup_at.store(next, Ordering::Relaxed);
         }
-        checked.map_err(|not_until| limited(not_until, *rate))
+        checked.map_err(|not_until| limited(not_until, others.rate))
     }
 }
 
@@ -203,6 +224,36 @@ mod tests {
         for _ in 0..100 {
             limiter.check(Some("desk")).unwrap();
         }
+    }
+
+    #[test]
+    fn a_change_of_rates_refills_only_the_buckets_whose_rate_changed() {
+        let limits = |per_key, batch| RateLimits {
+            per_key: Some(rate(per_key)),
+            keys: BTreeMap::from([("batch".to_owned(), rate(batch))]),
+        };
+        let drained = |limiter: &Limiter, principal| {
+            while limiter.check(Some(principal)).is_ok() {}
+        };
+        let before = Limiter::new(limits(2, 3));
+        drained(&before, "desk");
+        drained(&before, "batch");
+
+        // batch's rate changes: its bucket starts full, desk's stays empty.
+        let after = Limiter::succeeding(limits(2, 5), Some(&before));
+        assert!(after.check(Some("desk")).is_err());
+        for _ in 0..5 {
+            after.check(Some("batch")).unwrap();
+        }
+        assert!(after.check(Some("batch")).is_err());
+
+        // Every other key's rate changes: desk starts full, batch stays empty.
+        let last = Limiter::succeeding(limits(4, 5), Some(&after));
+        assert!(last.check(Some("batch")).is_err());
+        for _ in 0..4 {
+            last.check(Some("desk")).unwrap();
+        }
+        assert!(last.check(Some("desk")).is_err());
     }
 
     #[test]
