@@ -27,7 +27,7 @@ use crate::support::crm::crm_service;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
 use crate::support::mcp::{McpServer, STDIO_SERVER, python};
-use crate::support::scripted_llm::{ScriptedLlm, Step};
+use crate::support::scripted_llm::{Recorded, ScriptedLlm, Step};
 use crate::support::signing::{signed_skill_calling, unsigned};
 
 /// A scratch working directory for the binary.
@@ -3290,40 +3290,76 @@ async fn tools_lists_every_tool_a_skill_may_name_with_its_source_and_approval() 
     assert_eq!(lookup["parameters"]["required"], json!(["id"]));
 }
 
+/// An HTTP tool of the CRM stand-in, in the config file of a workdir.
+struct CrmTool {
+    name: &'static str,
+    config: PathBuf,
+}
+
+impl CrmTool {
+    /// The read tool `name` on the CRM's `path` (its `extra` TOML lines
+    /// added), as `skillhost.toml` of `work`.
+    async fn at(work: &Workdir, name: &'static str, path: &str, extra: &str) -> Self {
+        let crm = crm_service().await;
+        let config = work.path("skillhost.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[tools]]\nname = \"{name}\"\ndescription = \"What the CRM sees.\"\n\
+                 access = \"read\"\nurl = \"{crm}{path}\"\nparameters = {{ type = \"object\" }}\n\
+                 {extra}\n"
+            ),
+        )
+        .unwrap();
+        Self { name, config }
+    }
+
+    /// `ask`, `set` as it starts, its model calling the tool and then
+    /// answering: the model's requests and what `ask` said on stderr.
+    async fn ask(&self, work: &Workdir, set: impl FnOnce(&mut Command)) -> (Vec<Recorded>, String) {
+        let llm = ScriptedLlm::start(vec![
+            Step::tool_call(self.name, json!({})),
+            Step::text("done"),
+        ])
+        .await;
+        let config = self.config.to_str().unwrap();
+        let mut command =
+            work.host_command(&["ask", "what do you see?", "--config", config], &bundled());
+        set(&mut command);
+        let (_, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
+        (llm.requests(), stderr)
+    }
+
+    /// What the model was told the tool returned.
+    fn told(requests: &[Recorded]) -> String {
+        requests[1].messages().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+}
+
 /// `ask`, `chat` and `run` act for the user `--header` names, as `serve`
 /// acts for the one a request names.
 #[tokio::test]
 async fn ask_acts_for_the_user_its_header_option_names() {
-    let crm = crm_service().await;
     let work = Workdir::new();
-    let config = work.path("skillhost.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[tools]]\nname = \"whoAmI\"\ndescription = \"Who the CRM sees.\"\n\
-             access = \"read\"\nurl = \"{crm}/api/whoami\"\nforward_headers = [\"X-User-Id\"]\n\
-             parameters = {{ type = \"object\" }}\n"
-        ),
+    let tool = CrmTool::at(
+        &work,
+        "whoAmI",
+        "/api/whoami",
+        "forward_headers = [\"X-User-Id\"]",
     )
-    .unwrap();
+    .await;
     let ask = async |headers: &[&str]| {
-        let llm = ScriptedLlm::start(vec![
-            Step::tool_call("whoAmI", json!({})),
-            Step::text("done"),
-        ])
-        .await;
-        let config = config.to_str().unwrap();
-        let mut command = work.host_command(&["ask", "who am I?", "--config", config], &bundled());
-        for header in headers {
-            command.arg("--header").arg(header);
-        }
-        let (_, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
-        let requests = llm.requests();
-        let seen = requests[1].messages().last().unwrap()["content"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        (seen, stderr)
+        let (requests, stderr) = tool
+            .ask(&work, |command| {
+                for header in headers {
+                    command.arg("--header").arg(header);
+                }
+            })
+            .await;
+        (CrmTool::told(&requests), stderr)
     };
 
     let (seen, stderr) = ask(&["X-User-Id: agent-7", "X-Tenant: shop-1"]).await;
@@ -3359,41 +3395,21 @@ async fn ask_acts_for_the_user_its_header_option_names() {
 /// malformed one is named, and sends nothing.
 #[tokio::test]
 async fn ask_runs_in_the_trace_its_environment_names() {
-    let crm = crm_service().await;
     let work = Workdir::new();
-    let config = work.path("skillhost.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[tools]]\nname = \"traceSeen\"\ndescription = \"The trace the CRM sees.\"\n\
-             access = \"read\"\nurl = \"{crm}/api/trace\"\nparameters = {{ type = \"object\" }}\n"
-        ),
-    )
-    .unwrap();
+    let tool = CrmTool::at(&work, "traceSeen", "/api/trace", "").await;
     let ask = async |traceparent: &str| {
-        let llm = ScriptedLlm::start(vec![
-            Step::tool_call("traceSeen", json!({})),
-            Step::text("done"),
-        ])
-        .await;
-        let config = config.to_str().unwrap();
-        let mut command =
-            work.host_command(&["ask", "which trace?", "--config", config], &bundled());
-        command
-            .env("TRACEPARENT", traceparent)
-            .env("TRACESTATE", "shop=7");
-        let (_, stderr) = expect_code(&output(with_llm(&mut command, &llm)).await, 0);
-        let requests = llm.requests();
+        let (requests, stderr) = tool
+            .ask(&work, |command| {
+                command
+                    .env("TRACEPARENT", traceparent)
+                    .env("TRACESTATE", "shop=7");
+            })
+            .await;
         let sent: Vec<_> = requests
             .iter()
             .map(|request| request.header("traceparent").map(str::to_owned))
             .collect();
-        let seen: Value = serde_json::from_str(
-            requests[1].messages().last().unwrap()["content"]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
+        let seen: Value = serde_json::from_str(&CrmTool::told(&requests)).unwrap();
         (sent, seen, stderr)
     };
 
