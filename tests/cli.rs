@@ -23,6 +23,7 @@ use skillhost::tools::demo::DemoDb;
 use skillhost::tools::mcp::{self, McpServerConfig};
 
 use crate::agent_common::{REFUND_REQUEST, refund_call};
+use crate::support::collector::{Collector, ExportedSpan};
 use crate::support::crm::crm_service;
 use crate::support::environment::host_settings;
 use crate::support::fixtures::{fixture, repo_root, skill_file};
@@ -3433,6 +3434,167 @@ async fn ask_runs_in_the_trace_its_environment_names() {
             && stderr.contains("\"00-not-a-trace\"; the run goes on in no trace"),
         "{stderr}"
     );
+}
+
+/// With OpenTelemetry's OTLP variables set, the host exports its spans: a
+/// run started in a trace hangs from the caller's span, and each LLM and
+/// tool call goes out from inside the host's span of it, so that the
+/// services' spans hang from that.
+#[tokio::test]
+async fn ask_exports_its_spans_and_calls_out_from_inside_them() {
+    let collector = Collector::start().await;
+    let work = Workdir::new();
+    let tool = CrmTool::at(&work, "traceSeen", "/api/trace", "").await;
+    let (trace, caller) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let (requests, stderr) = tool
+        .ask(&work, |command| {
+            command
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+                .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+                .env("TRACEPARENT", format!("00-{trace}-{caller}-01"))
+                .env("TRACESTATE", "shop=7");
+        })
+        .await;
+    // Dropped at exit, the exporter has sent everything.
+    let spans = collector.spans();
+    let named = |name: &str| -> Vec<&ExportedSpan> {
+        spans.iter().filter(|span| span.name == name).collect()
+    };
+    assert!(
+        spans
+            .iter()
+            .all(|span| span.trace_id == trace && span.service == "skillhost"),
+        "{spans:#?}\n{stderr}"
+    );
+    let [run] = named("run")[..] else {
+        panic!("not one run span: {spans:#?}");
+    };
+    assert_eq!(run.parent_span_id, caller);
+    // One tree: every other span hangs from one exported.
+    for span in &spans {
+        assert!(
+            span.span_id == run.span_id
+                || spans
+                    .iter()
+                    .any(|parent| parent.span_id == span.parent_span_id),
+            "{span:?} hangs from no exported span"
+        );
+    }
+    // The model's two calls, each from its own llm_call span.
+    let llm_calls: Vec<String> = named("llm_call")
+        .iter()
+        .map(|span| format!("00-{trace}-{}-01", span.span_id))
+        .collect();
+    assert_eq!(llm_calls.len(), 2, "{spans:#?}");
+    for request in &requests {
+        let sent = request.header("traceparent").unwrap().to_owned();
+        assert!(llm_calls.contains(&sent), "{sent} is no llm_call span's");
+    }
+    // The tool's call, from its tool_call span.
+    let [tool_call] = named("tool_call")[..] else {
+        panic!("not one tool_call span: {spans:#?}");
+    };
+    assert_eq!(tool_call.attribute("tool"), Some("traceSeen"));
+    let seen: Value = serde_json::from_str(&CrmTool::told(&requests)).unwrap();
+    assert_eq!(
+        seen,
+        json!({
+            "traceparent": format!("00-{trace}-{}-01", tool_call.span_id),
+            "tracestate": "shop=7"
+        })
+    );
+}
+
+/// `serve` exports its spans too, the last of them as it stops: a
+/// request's span hangs from its caller's, the request's run from it.
+#[tokio::test]
+async fn serve_exports_a_requests_spans_under_its_callers() {
+    let collector = Collector::start().await;
+    let work = Workdir::new();
+    let mut command = work.host_command(
+        &["serve", "--listen", "127.0.0.1:0", "--no-watch"],
+        &bundled(),
+    );
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
+    let Serving {
+        mut child,
+        base,
+        mut stderr,
+        ..
+    } = serving(command).await;
+    let (trace, caller) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let invoked = reqwest::Client::new()
+        .post(format!("{base}/v1/skills/inquireOrderStatus/invoke"))
+        .header("traceparent", format!("00-{trace}-{caller}-01"))
+        .json(&json!({"orderId": "88231"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(invoked.status(), reqwest::StatusCode::OK);
+    terminate(&child).await;
+    let (status, said) = ended(&mut child, &mut stderr).await;
+    assert_eq!(status.code(), Some(0), "{said}");
+
+    let spans = collector.spans();
+    let one = |name: &str| {
+        let named: Vec<&ExportedSpan> = spans.iter().filter(|span| span.name == name).collect();
+        assert_eq!(named.len(), 1, "{name}: {spans:#?}");
+        named[0]
+    };
+    let (request, run, invocation) = (one("request"), one("run"), one("skill_invocation"));
+    assert_eq!(request.trace_id, trace);
+    assert_eq!(request.parent_span_id, caller);
+    assert_eq!(run.parent_span_id, request.span_id);
+    assert_eq!(invocation.parent_span_id, run.span_id);
+    assert_eq!(invocation.attribute("skill"), Some("inquireOrderStatus"));
+}
+
+/// A span export that cannot work is told on stderr, and the command runs
+/// on without it: a collector that refuses, an endpoint that is no URL, a
+/// protocol this build does not send.
+#[tokio::test]
+async fn a_span_export_that_cannot_work_is_told_and_the_command_runs_on() {
+    let work = Workdir::new();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    for (endpoint, protocol, told) in [
+        (
+            &*closed,
+            "http/protobuf",
+            format!("exporting spans to {closed}: "),
+        ),
+        (
+            "localhost:4318",
+            "http/protobuf",
+            "OTLP endpoint `localhost:4318`: not an http(s) URL".to_owned(),
+        ),
+        (
+            &*closed,
+            "grpc",
+            "OTLP protocol `grpc`: this build sends spans over http/protobuf or http/json only"
+                .to_owned(),
+        ),
+    ] {
+        let mut command = work.host_command(
+            &[
+                "run",
+                "inquireOrderStatus",
+                "--input",
+                r#"{"orderId":"88231"}"#,
+            ],
+            &bundled(),
+        );
+        command
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+        let (stdout, stderr) = expect_code(&output(&mut command).await, 0);
+        assert!(stdout.contains("SF1234567890"), "{stdout}");
+        assert!(stderr.contains(&told), "{told}: {stderr}");
+    }
 }
 
 /// What a file says of itself reaches the terminal with its control

@@ -14,7 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    cli::init_tracing(&args);
+    let _span_export = cli::init_tracing(&args);
     let runtime = tokio::runtime::Runtime::new().expect("starting the tokio runtime");
     match runtime.block_on(cli::run(args)) {
         Ok(code) => code,

@@ -5,10 +5,14 @@
 //! HTTP tools (headers), MCP servers (`params._meta`, as MCP's SEP-414 says,
 //! and headers over HTTP) — so that their spans join the caller's trace.
 //!
-//! skillhost records no spans of its own (it exports none), so it passes the
-//! caller's parent id on unchanged: the services' spans hang from the
-//! caller's span, the nearest one a trace backend has. `tracestate` goes
-//! with it untouched. A malformed `traceparent` is no trace context at all
+//! When the host's own spans are exported (an OpenTelemetry layer records
+//! them: the binary's OTLP export), a request's or run's span is a child of
+//! the caller's, and each call goes out from inside the host's span of it
+//! (a tool call, an LLM call), which is the parent the service's spans hang
+//! from ([`TraceContext::to_send`]). When they are not, the caller's parent
+//! id goes on unchanged: the services' spans hang from the caller's span,
+//! the nearest one a trace backend has. `tracestate` goes with it
+//! untouched. A malformed `traceparent` is no trace context at all
 //! (nothing is sent); a malformed `tracestate` is dropped and the
 //! `traceparent` kept, as the W3C recommendation allows.
 //!
@@ -18,8 +22,10 @@
 //! and `chat` run in it.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The header (and `_meta` key) naming the caller's trace and span.
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -115,6 +121,53 @@ impl TraceContext {
         Self::parse(&traceparent, tracestate.as_deref())
             .map(Some)
             .ok_or_else(|| InvalidTraceparent(traceparent.into_owned()))
+    }
+
+    /// The context to send on with a call made now, within `run`'s trace:
+    /// the current span's own when an OpenTelemetry layer records spans
+    /// (the call's span is then the parent of the service's), else `run`'s.
+    pub fn to_send(run: Option<&Self>) -> Option<Self> {
+        Self::of_current_span().or_else(|| run.cloned())
+    }
+
+    /// The current span's context, when an OpenTelemetry layer records it.
+    pub fn of_current_span() -> Option<Self> {
+        let context = tracing::Span::current().context();
+        let span = context.span();
+        let ids = span.span_context();
+        if !ids.is_valid() {
+            return None;
+        }
+        let state = ids.trace_state().header();
+        Some(Self {
+            traceparent: format!(
+                "00-{}-{}-{:02x}",
+                ids.trace_id(),
+                ids.span_id(),
+                ids.trace_flags().to_u8()
+            ),
+            tracestate: Some(state).filter(|state| passable(state)),
+        })
+    }
+
+    /// Makes the caller's span the parent of `span` (just made, not yet
+    /// entered), for an OpenTelemetry layer that records it; nothing
+    /// without one.
+    pub fn adopt(&self, span: &tracing::Span) {
+        let hex = |from: usize, to: usize| &self.traceparent[from..to];
+        let parent = SpanContext::new(
+            TraceId::from_hex(hex(3, 35)).expect("checked when parsed"),
+            SpanId::from_hex(hex(36, 52)).expect("checked when parsed"),
+            TraceFlags::new(u8::from_str_radix(hex(53, 55), 16).expect("checked when parsed")),
+            true,
+            self.tracestate
+                .as_deref()
+                .and_then(|state| state.parse::<TraceState>().ok())
+                .unwrap_or_default(),
+        );
+        // Without a layer (or a span it does not record) there is no
+        // parent to set: that is not an error.
+        let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
     }
 
     /// The trace's id: 32 lowercase hex digits.

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests.
 
+pub mod collector;
 pub mod configmap;
 pub mod crm;
 pub mod environment;

@@ -182,6 +182,16 @@ impl<T: Send + 'static> RunHandle<T> {
             outcome = field::Empty,
             duration_ms = field::Empty,
         );
+        if let Some(trace) = &run.trace {
+            // A run started outside a span of its trace (by the CLI, resumed
+            // from disk, an MCP call naming a trace of its own) hangs from
+            // the caller's span.
+            let within = TraceContext::of_current_span()
+                .is_some_and(|current| current.trace_id() == trace.trace_id());
+            if !within {
+                trace.adopt(&span);
+            }
+        }
         let span_end = RunSpanEnd::new(span.clone());
         let body = Box::pin(
             async move {

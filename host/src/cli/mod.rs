@@ -16,6 +16,7 @@ mod runs;
 mod serve;
 mod sign;
 mod skills;
+mod telemetry;
 mod test;
 mod tools;
 mod trace;
@@ -27,7 +28,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::Layer;
 use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use config::ConfigFile;
 use follow::Following;
@@ -47,7 +51,11 @@ use skillhost::tools::{Tool, ToolRegistry};
 #[command(
     name = "skillhost",
     version,
-    about = "Host for LLM-agent skills shipped as signed WebAssembly components"
+    about = "Host for LLM-agent skills shipped as signed WebAssembly components",
+    after_help = "Spans (requests, runs, skill invocations, tool and LLM calls) are exported to an \
+    OpenTelemetry collector over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or \
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set; OpenTelemetry's other OTEL_* variables apply. \
+    run, ask and chat run in the W3C trace TRACEPARENT and TRACESTATE name."
 )]
 pub struct Cli {
     /// Log more: -v for info, -vv for debug (or set SKILLHOST_LOG).
@@ -525,26 +533,41 @@ fn describe(error: &anyhow::Error) -> String {
 /// `--config` file's `[server] log_format` asks for. A span (skill
 /// invocation, tool call, agent round, LLM call) is written when it closes,
 /// with every field it recorded.
-pub fn init_tracing(cli: &Cli) {
+///
+/// With OpenTelemetry's OTLP variables set, the spans are exported too
+/// ([`telemetry`]), whatever the log level: hold what this returns until
+/// the command is done, since dropping it sends the last of them.
+pub fn init_tracing(cli: &Cli) -> Option<telemetry::SpanExport> {
     let format = log_format(cli);
     console::use_json(format == LogFormat::Json);
     let asked = std::env::var("SKILLHOST_LOG").ok();
     let filter = tracing_subscriber::EnvFilter::try_new(log_filter(asked.as_deref(), cli.verbose))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(log_filter(None, cli.verbose)));
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_span_events(FmtSpan::CLOSE)
         // Colour codes only for a person reading a terminal, never in a file.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => subscriber.init(),
-        LogFormat::Json => subscriber
+    let logs = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs
             .json()
             .with_current_span(true)
             .with_span_list(true)
+            .boxed(),
+    };
+    // Each layer its own filter: the logs' level does not limit the export.
+    // A span neither records is never made.
+    let logs = logs.with_filter(filter);
+    let export = telemetry::SpanExport::from_env();
+    match &export {
+        Some(export) => tracing_subscriber::registry()
+            .with(logs)
+            .with(export.layer())
             .init(),
+        None => tracing_subscriber::registry().with(logs).init(),
     }
+    export
 }
 
 /// The log filter: `SKILLHOST_LOG`'s, else the level `-v` asks for. The

@@ -760,6 +760,7 @@ async fn track(State(state): State<Arc<AppState>>, mut request: Request, next: N
         trace_id = trace.as_ref().map(TraceContext::trace_id),
     );
     if let Some(trace) = trace {
+        trace.adopt(&span);
         request.extensions_mut().insert(trace);
     }
     let started = Instant::now();

@@ -583,7 +583,7 @@ pub(super) fn call_headers(
             headers.append(name.clone(), value.clone());
         }
     }
-    if let Some(trace) = context.get::<TraceContext>() {
+    if let Some(trace) = TraceContext::to_send(context.get::<TraceContext>()) {
         trace.add_to_headers(&mut headers);
     }
     Ok(headers)

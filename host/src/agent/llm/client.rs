@@ -19,6 +19,7 @@ use super::types::{
 };
 use super::{LlmError, MAX_RESPONSE_BYTES, api_error, error_body_message, retry, snippet};
 use crate::text::error_chain;
+use crate::trace_context::TraceContext;
 
 /// Bytes of an error response read for its message; the rest is dropped.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -281,7 +282,7 @@ impl LlmClient {
             "application/json"
         };
         let mut headers = HeaderMap::new();
-        if let Some(trace) = &request.trace {
+        if let Some(trace) = TraceContext::to_send(request.trace.as_ref()) {
             trace.add_to_headers(&mut headers);
         }
         let mut builder = inner

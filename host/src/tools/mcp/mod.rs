@@ -695,7 +695,7 @@ impl Tool for McpTool {
         let mut params = Map::new();
         params.insert("name".into(), name.clone().into());
         params.insert("arguments".into(), arguments);
-        if let Some(trace) = context.get::<TraceContext>() {
+        if let Some(trace) = TraceContext::to_send(context.get::<TraceContext>()) {
             trace.add_to_meta(&mut params);
         }
         match self
