@@ -3483,6 +3483,7 @@ async fn ask_exports_its_spans_and_calls_out_from_inside_them() {
     // The model's two calls, each from its own llm_call span.
     let llm_calls: Vec<String> = named("llm_call")
         .iter()
+        .inspect(|span| assert_eq!(span.kind, 3, "a client span"))
         .map(|span| format!("00-{trace}-{}-01", span.span_id))
         .collect();
     assert_eq!(llm_calls.len(), 2, "{spans:#?}");
@@ -3543,7 +3544,13 @@ async fn serve_exports_a_requests_spans_under_its_callers() {
         assert_eq!(named.len(), 1, "{name}: {spans:#?}");
         named[0]
     };
-    let (request, run, invocation) = (one("request"), one("run"), one("skill_invocation"));
+    // Named for its route, as OpenTelemetry's HTTP conventions say.
+    let (request, run, invocation) = (
+        one("POST /v1/skills/{name}/invoke"),
+        one("run"),
+        one("skill_invocation"),
+    );
+    assert_eq!(request.kind, 2, "a server span");
     assert_eq!(request.trace_id, trace);
     assert_eq!(request.parent_span_id, caller);
     assert_eq!(run.parent_span_id, request.span_id);

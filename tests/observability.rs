@@ -182,6 +182,8 @@ fn a_skill_invocation_logs_its_span_and_the_tool_calls_of_the_skill() {
         "{invocation:?}"
     );
     assert!(!invocation.contains_key("limit"), "no limit was hit");
+    // Exported, nothing is marked as an error.
+    assert!(!invocation.contains_key("otel.status_code"));
 
     let calls = log.closed("tool_call");
     let tools: Vec<_> = calls.iter().map(|call| &call["tool"]).collect();
@@ -192,6 +194,7 @@ fn a_skill_invocation_logs_its_span_and_the_tool_calls_of_the_skill() {
         assert_eq!(call["outcome"], "ok", "{call:?}");
         assert_eq!(call["refused"], false, "{call:?}");
         assert!(call["latency_ms"].is_f64(), "{call:?}");
+        assert!(!call.contains_key("otel.status_code"), "{call:?}");
     }
 }
 
@@ -313,6 +316,8 @@ fn a_refused_read_call_logs_the_guests_text_escaped_and_cut() {
     let refusals = log.events_with(&json!({ "message": "tool call refused" }));
     assert_eq!(refusals.len(), 1, "{}", log.text);
     assert_eq!(refusals[0]["fields"]["outcome"], "invalid_arguments");
+    // Exported, the call's span is marked as an error.
+    assert_eq!(log.closed("tool_call")[0]["otel.status_code"], "error");
     let logged = refusals[0]["fields"]["error"].as_str().unwrap();
     let arguments = log.events_with(&json!({ "message": "tool call arguments" }));
     let arguments = arguments[0]["fields"]["arguments"].as_str().unwrap();
@@ -375,6 +380,7 @@ fn a_limit_hit_is_the_outcome_of_the_invocation_span_and_a_warning() {
     assert_eq!(invocations.len(), 1, "{}", log.text);
     assert_eq!(invocations[0]["outcome"], "limit_exceeded");
     assert_eq!(invocations[0]["limit"], "memory");
+    assert_eq!(invocations[0]["otel.status_code"], "error");
     let warnings = log.events_with(&json!({ "message": "skill invocation hit a limit" }));
     assert_eq!(warnings.len(), 1, "{}", log.text);
     assert_eq!(warnings[0]["level"], "WARN");

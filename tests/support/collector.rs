@@ -16,6 +16,8 @@ pub struct ExportedSpan {
     pub span_id: String,
     /// Empty for a root span.
     pub parent_span_id: String,
+    /// 1 internal, 2 server, 3 client.
+    pub kind: u64,
     pub attributes: Value,
 }
 
@@ -77,6 +79,7 @@ impl Collector {
                         trace_id: text("traceId"),
                         span_id: text("spanId"),
                         parent_span_id: text("parentSpanId"),
+                        kind: span["kind"].as_u64().unwrap_or_default(),
                         attributes: span["attributes"].clone(),
                     });
                 }

@@ -152,6 +152,10 @@ impl Drop for RunSpanEnd {
     fn drop(&mut self) {
         let Some(started) = self.started else { return };
         self.span.record("outcome", self.outcome);
+        // An abort is the caller's choice (gone, or stopping it).
+        if !matches!(self.outcome, "ok" | "aborted") {
+            self.span.record("otel.status_code", "error");
+        }
         self.span
             .record("duration_ms", started.elapsed().as_secs_f64() * 1e3);
     }
@@ -181,6 +185,7 @@ impl<T: Send + 'static> RunHandle<T> {
             trace_id = run.trace.as_ref().map(TraceContext::trace_id),
             outcome = field::Empty,
             duration_ms = field::Empty,
+            otel.status_code = field::Empty,
         );
         if let Some(trace) = &run.trace {
             // A run started outside a span of its trace (by the CLI, resumed

@@ -169,7 +169,7 @@ use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::catch_panic::CatchPanicLayer;
-use tracing::Instrument;
+use tracing::{Instrument, field};
 
 use crate::agent::RunOptions;
 use crate::embed::SkillHost;
@@ -754,10 +754,16 @@ async fn track(State(state): State<Arc<AppState>>, mut request: Request, next: N
         Some(attached) => Some(attached.clone()),
         None => TraceContext::from_headers(request.headers()),
     };
+    // Exported (OTLP), a span is named for its route, as OpenTelemetry's
+    // HTTP conventions name a server's.
     let span = tracing::info_span!(
         "request",
         request_id = id.to_str().unwrap_or_default(),
         trace_id = trace.as_ref().map(TraceContext::trace_id),
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        http.response.status_code = field::Empty,
+        otel.status_code = field::Empty,
     );
     if let Some(trace) = trace {
         trace.adopt(&span);
@@ -769,6 +775,10 @@ async fn track(State(state): State<Arc<AppState>>, mut request: Request, next: N
     let _in_request = span.enter();
     let took = started.elapsed();
     let status = response.status();
+    span.record("http.response.status_code", status.as_u16());
+    if status.is_server_error() {
+        span.record("otel.status_code", "error");
+    }
     let code = response.extensions().get::<ErrorCode>().map(|code| code.0);
     state
         .host

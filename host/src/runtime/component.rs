@@ -266,6 +266,7 @@ impl SkillComponent {
             outcome = field::Empty,
             limit = field::Empty,
             duration_ms = field::Empty,
+            otel.status_code = field::Empty,
         );
         // Not even the clock is read when the span is disabled.
         let started = (!span.is_disabled()).then(Instant::now);
@@ -396,6 +397,10 @@ fn record_outcome(span: &Span, result: &Result<RunReport, InvokeError>) {
         InvokeError::Suspended { .. } => "suspended",
     };
     span.record("outcome", outcome);
+    // Waiting for a person's answer is how a write goes, not a failure.
+    if !matches!(error, InvokeError::Suspended { .. }) {
+        span.record("otel.status_code", "error");
+    }
     match error {
         InvokeError::LimitExceeded { limit, .. } => {
             span.record("limit", field::display(limit));

@@ -191,6 +191,7 @@ impl<'a> ToolCallSpan<'a> {
             confirmed_by = field::Empty,
             outcome = field::Empty,
             refused = field::Empty,
+            otel.status_code = field::Empty,
         );
         Self {
             span,
@@ -265,6 +266,7 @@ impl<'a> ToolCallSpan<'a> {
             // not problems of the host.
             return;
         }
+        self.span.record("otel.status_code", "error");
         let (tool, caller) = (self.tool, self.caller);
         let message = if refused {
             "tool call refused"

@@ -170,6 +170,8 @@ impl LlmClient {
             total_tokens = field::Empty,
             finish_reason = field::Empty,
             outcome = field::Empty,
+            otel.kind = "client",
+            otel.status_code = field::Empty,
         );
         let started = Instant::now();
         let result = self
@@ -198,6 +200,7 @@ impl LlmClient {
             }
             Err(error) => {
                 span.record("outcome", "error");
+                span.record("otel.status_code", "error");
                 tracing::warn!(latency_ms, %error, "LLM call failed");
             }
         });
