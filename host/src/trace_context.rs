@@ -9,10 +9,11 @@
 //! them: the binary's OTLP export), a request's or run's span is a child of
 //! the caller's, and each call goes out from inside the host's span of it
 //! (a tool call, an LLM call), which is the parent the service's spans hang
-//! from ([`TraceContext::to_send`]). When they are not, the caller's parent
-//! id goes on unchanged: the services' spans hang from the caller's span,
-//! the nearest one a trace backend has. `tracestate` goes with it
-//! untouched. A malformed `traceparent` is no trace context at all
+//! from ([`TraceContext::to_send`]). The layer is tracing-opentelemetry
+//! 0.32's: an embedder's of another release is not seen, and then, as when
+//! the spans are not exported, the caller's parent id goes on unchanged:
+//! the services' spans hang from the caller's span, the nearest one a trace
+//! backend has. `tracestate` goes with it untouched. A malformed `traceparent` is no trace context at all
 //! (nothing is sent); a malformed `tracestate` is dropped and the
 //! `traceparent` kept, as the W3C recommendation allows.
 //!
