@@ -13,9 +13,10 @@
 //! 0.32's: an embedder's of another release is not seen, and then, as when
 //! the spans are not exported, the caller's parent id goes on unchanged:
 //! the services' spans hang from the caller's span, the nearest one a trace
-//! backend has. `tracestate` goes with it untouched. A malformed `traceparent` is no trace context at all
-//! (nothing is sent); a malformed `tracestate` is dropped and the
-//! `traceparent` kept, as the W3C recommendation allows.
+//! backend has. `tracestate` goes with it untouched. A malformed
+//! `traceparent` is no trace context at all (nothing is sent); a malformed
+//! `tracestate` is dropped and the `traceparent` kept, as the W3C
+//! recommendation allows.
 //!
 //! A process started by a traced job (a CI step, a batch script) finds its
 //! context in the environment, as OpenTelemetry's environment-variable
@@ -352,5 +353,34 @@ mod tests {
             error.to_string().contains("not a W3C traceparent"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn with_an_opentelemetry_layer_a_span_hangs_from_the_caller_and_calls_go_out_from_it() {
+        use opentelemetry::trace::TracerProvider as _;
+        use tracing_subscriber::layer::SubscriberExt;
+
+        let caller =
+            TraceContext::parse(&format!("00-{TRACE}-00f067aa0ba902b7-01"), Some("shop=7"))
+                .unwrap();
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("run");
+            caller.adopt(&span);
+            let _in_run = span.enter();
+            let sent = TraceContext::to_send(Some(&caller)).expect("the run's span");
+            assert_eq!(sent.trace_id(), TRACE);
+            assert_ne!(
+                sent.traceparent(),
+                caller.traceparent(),
+                "the caller's span"
+            );
+            assert_eq!(sent.tracestate(), Some("shop=7"));
+        });
+        // Without a layer, the caller's context goes on as it came.
+        assert_eq!(TraceContext::to_send(Some(&caller)), Some(caller));
+        assert_eq!(TraceContext::to_send(None), None);
     }
 }
