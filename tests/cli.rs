@@ -3602,6 +3602,20 @@ async fn a_span_export_that_cannot_work_is_told_and_the_command_runs_on() {
         assert!(stdout.contains("SF1234567890"), "{stdout}");
         assert!(stderr.contains(&told), "{told}: {stderr}");
     }
+    // With JSON logs, the warning is a log event like the others.
+    let mut command = work.host_command(&["--log-format", "json", "skills"], &bundled());
+    command.env("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318");
+    let (_, stderr) = expect_code(&output(&mut command).await, 0);
+    let warning = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|event| {
+            event["fields"]["message"]
+                .as_str()
+                .is_some_and(|message| message.starts_with("OTLP endpoint `localhost:4318`"))
+        })
+        .unwrap_or_else(|| panic!("no JSON warning: {stderr}"));
+    assert_eq!(warning["level"], "WARN");
 }
 
 /// What a file says of itself reaches the terminal with its control

@@ -559,13 +559,20 @@ pub fn init_tracing(cli: &Cli) -> Option<telemetry::SpanExport> {
     // Each layer its own filter: the logs' level does not limit the export.
     // A span neither records is never made.
     let logs = logs.with_filter(filter);
-    let export = telemetry::SpanExport::from_env();
+    let (export, unexported) = match telemetry::SpanExport::from_env() {
+        Ok(export) => (export, None),
+        Err(why) => (None, Some(why)),
+    };
     match &export {
         Some(export) => tracing_subscriber::registry()
             .with(logs)
             .with(export.layer())
             .init(),
         None => tracing_subscriber::registry().with(logs).init(),
+    }
+    // Told once the logs are set up: with JSON logs, a warning is an event.
+    if let Some(why) = unexported {
+        console::warn(&why);
     }
     export
 }

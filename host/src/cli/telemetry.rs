@@ -34,23 +34,25 @@ pub struct SpanExport {
 }
 
 impl SpanExport {
-    /// The export the environment asks for; `None` when it asks for none,
-    /// or for one this build cannot make (said on stderr: the command runs
-    /// on without it).
-    pub fn from_env() -> Option<Self> {
+    /// The export the environment asks for; `None` when it asks for none.
+    /// `Err`: why the one it asks for cannot be made, for a warning once
+    /// the logs are set up (the command runs on without it).
+    pub fn from_env() -> Result<Option<Self>, String> {
         let set = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let endpoint = set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
             .or_else(|| set("OTEL_EXPORTER_OTLP_ENDPOINT"));
         let disabled = set("OTEL_SDK_DISABLED").is_some_and(|value| value == "true")
             || set("OTEL_TRACES_EXPORTER").is_some_and(|value| value == "none");
-        let endpoint = endpoint.filter(|_| !disabled)?;
+        let Some(endpoint) = endpoint.filter(|_| !disabled) else {
+            return Ok(None);
+        };
         // The SDK would send to localhost:4318 instead of an endpoint it
         // cannot read.
-        if !reqwest::Url::parse(&endpoint).is_ok_and(|url| url.scheme().starts_with("http")) {
-            console::warn(&format!(
+        if !reqwest::Url::parse(&endpoint).is_ok_and(|url| matches!(url.scheme(), "http" | "https"))
+        {
+            return Err(format!(
                 "OTLP endpoint `{endpoint}`: not an http(s) URL; no spans are exported"
             ));
-            return None;
         }
         let protocol = match set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
             .or_else(|| set("OTEL_EXPORTER_OTLP_PROTOCOL"))
@@ -59,26 +61,17 @@ impl SpanExport {
             None | Some("http/protobuf") => Protocol::HttpBinary,
             Some("http/json") => Protocol::HttpJson,
             Some(other) => {
-                console::warn(&format!(
+                return Err(format!(
                     "OTLP protocol `{other}`: this build sends spans over http/protobuf or \
                      http/json only (a collector's port 4318); no spans are exported"
                 ));
-                return None;
             }
         };
-        let exporter = match opentelemetry_otlp::SpanExporter::builder()
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(protocol)
             .build()
-        {
-            Ok(exporter) => exporter,
-            Err(error) => {
-                console::warn(&format!(
-                    "the OTLP span exporter: {error}; no spans are exported"
-                ));
-                return None;
-            }
-        };
+            .map_err(|error| format!("the OTLP span exporter: {error}; no spans are exported"))?;
         let provider = SdkTracerProvider::builder()
             .with_batch_exporter(Told {
                 exporter,
@@ -87,7 +80,7 @@ impl SpanExport {
             })
             .with_resource(resource())
             .build();
-        Some(Self { provider })
+        Ok(Some(Self { provider }))
     }
 
     /// The layer that hands the host's spans (and the events in them) to
