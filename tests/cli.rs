@@ -3480,8 +3480,9 @@ async fn ask_exports_its_spans_and_calls_out_from_inside_them() {
             "{span:?} hangs from no exported span"
         );
     }
-    // The model's two calls, each from its own llm_call span.
-    let llm_calls: Vec<String> = named("llm_call")
+    // The model's two calls, each from its own llm_call span, named as
+    // OpenTelemetry's GenAI conventions name them.
+    let llm_calls: Vec<String> = named("chat test-model")
         .iter()
         .inspect(|span| assert_eq!(span.kind, 3, "a client span"))
         .map(|span| format!("00-{trace}-{}-01", span.span_id))
@@ -3492,7 +3493,7 @@ async fn ask_exports_its_spans_and_calls_out_from_inside_them() {
         assert!(llm_calls.contains(&sent), "{sent} is no llm_call span's");
     }
     // The tool's call, from its tool_call span.
-    let [tool_call] = named("tool_call")[..] else {
+    let [tool_call] = named("execute_tool traceSeen")[..] else {
         panic!("not one tool_call span: {spans:#?}");
     };
     assert_eq!(tool_call.attribute("tool"), Some("traceSeen"));

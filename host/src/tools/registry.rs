@@ -181,8 +181,10 @@ pub struct ToolCallSpan<'a> {
 impl<'a> ToolCallSpan<'a> {
     /// Opens the span for a call of `tool` by `caller`.
     pub fn open(caller: ToolCaller<'a>, tool: &'a str) -> Self {
+        // Exported, named as OpenTelemetry's GenAI conventions name a tool's.
         let span = tracing::info_span!(
             "tool_call",
+            otel.name = %format_args!("execute_tool {tool}"),
             tool,
             caller = %caller,
             access = field::Empty,

@@ -157,8 +157,10 @@ impl LlmClient {
     pub async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let config = &self.inner.config;
         let stream = request.stream.unwrap_or(config.stream);
+        // Exported, named as OpenTelemetry's GenAI conventions name a call.
         let span = tracing::info_span!(
             "llm_call",
+            otel.name = %format_args!("chat {}", config.model),
             model = %config.model,
             stream,
             messages = request.messages.len(),
