@@ -27,6 +27,10 @@ use super::console;
 /// names one.
 const SERVICE_NAME: &str = "skillhost";
 
+/// The log targets of the host's own spans (the library's modules and the
+/// binary's), the ones exported.
+const HOST_TARGETS: &str = "skillhost";
+
 /// The exporter the environment asked for. Dropping it sends what is left
 /// to send, so hold it until the command is done.
 pub struct SpanExport {
@@ -92,7 +96,7 @@ impl SpanExport {
     {
         tracing_opentelemetry::layer()
             .with_tracer(self.provider.tracer(SERVICE_NAME))
-            .with_filter(Targets::new().with_target(SERVICE_NAME, tracing::Level::INFO))
+            .with_filter(Targets::new().with_target(HOST_TARGETS, tracing::Level::INFO))
     }
 }
 

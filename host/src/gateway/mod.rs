@@ -452,8 +452,8 @@ struct AppState {
     keys: RwLock<Arc<Keys>>,
     /// Replaced whole by [`Gateway::set_scopes`].
     scopes: RwLock<Arc<KeyScopes>>,
-    /// Replaced whole, its buckets full again, by
-    /// [`Gateway::set_rate_limits`].
+    /// Replaced by [`Gateway::set_rate_limits`], with the buckets whose
+    /// rate stayed.
     limiter: RwLock<Arc<Limiter>>,
     /// The sessions of `/mcp`.
     mcp_sessions: McpSessions,

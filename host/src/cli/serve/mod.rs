@@ -384,7 +384,8 @@ fn reload_scopes(gateway: &Gateway, file: &config::ConfigFile) {
 
 /// Puts the API keys' request rates of `file` (the config file read
 /// again) in force, and says so when they changed: a key whose rate
-/// changed starts with a full bucket, the others keep theirs. Rates that do not check keep those in force, saying why.
+/// changed starts with a full bucket, the others keep theirs. Rates that
+/// do not check keep those in force, saying why.
 fn reload_rate_limits(gateway: &Gateway, file: &config::ConfigFile) {
     match file.server.rate_limits() {
         Ok(limits) => {
